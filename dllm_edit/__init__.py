@@ -1,0 +1,37 @@
+"""dllm_edit: editable decoding for diffusion language models on the Hugging Face stack.
+
+Example:
+    >>> import dllm_edit
+    >>> cfg = dllm_edit.EditGenerationConfig.from_mode("quality", max_new_tokens=64)
+    >>> cfg.editing_threshold
+    0.5
+"""
+
+from dllm_edit import strategies
+from dllm_edit.adapters import (
+    BidirectionalAdapter,
+    BlockCausalAdapter,
+    ModelAdapter,
+    register_adapter,
+    resolve_adapter,
+)
+from dllm_edit.config import MODES, EditGenerationConfig
+from dllm_edit.generation import generate
+from dllm_edit.output import EditGenerationOutput
+from dllm_edit.strategies import register_strategy
+
+__version__ = "0.1.0.dev0"
+
+__all__ = [
+    "MODES",
+    "BidirectionalAdapter",
+    "BlockCausalAdapter",
+    "EditGenerationConfig",
+    "EditGenerationOutput",
+    "ModelAdapter",
+    "generate",
+    "register_adapter",
+    "register_strategy",
+    "resolve_adapter",
+    "strategies",
+]

@@ -1,0 +1,72 @@
+"""The adapter protocol: how the decoding loop runs a model on the canvas."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, ClassVar, Protocol
+
+import torch
+
+from dllm_edit.layout import CanvasLayout
+
+
+class ForwardSession(Protocol):
+    """Per-`generate` state of an adapter (its KV cache, if any)."""
+
+    def logits(self, canvas: torch.Tensor, block: int, window: int) -> torch.Tensor:
+        """Logits `[B, (window + 1) * bl, V]` for the window blocks followed by the active `block`."""
+
+    def invalidate_from(self, block: int) -> None:
+        """Forget cached keys/values of `block` and later (they were edited)."""
+
+
+class ModelAdapter:
+    """Base class of model adapters.
+
+    Attributes:
+        name: registry name.
+        supports_cache: an exact KV cache of finished blocks is available.
+        default_use_cache: `use_cache=None` resolves to this.
+        supports_multi_block_edit: the adapter can produce window logits that see the active block.
+    """
+
+    name: ClassVar[str] = ""
+    supports_cache: ClassVar[bool] = False
+    default_use_cache: ClassVar[bool] = False
+    supports_multi_block_edit: ClassVar[bool] = False
+
+    def open(self, model: Any, layout: CanvasLayout, use_cache: bool) -> ForwardSession:  # pragma: no cover
+        raise NotImplementedError
+
+    def check_positions(self, model: Any, layout: CanvasLayout) -> None:
+        """Raise before any forward if the canvas needs more positions than the model has."""
+        limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+        if isinstance(limit, int) and layout.max_position >= limit:
+            longest = int(layout.prompt_lengths.max())
+            raise ValueError(
+                f"The canvas needs position ids up to {layout.max_position}, but the model's "
+                f"max_position_embeddings is {limit} (longest prompt {longest} tokens + max_new_tokens "
+                f"{layout.max_new_tokens}, rounded up to block_length {layout.block_length}). "
+                "Shorten the prompt or lower max_new_tokens."
+            )
+
+
+def forward_kwargs(model: Any) -> set[str]:
+    """Names of the keyword arguments `model.forward` accepts (all, if it takes **kwargs)."""
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return set()
+    return set(params)
+
+
+def attn_implementation(model: Any) -> str | None:
+    config = getattr(model, "config", None)
+    return getattr(config, "_attn_implementation", None)
+
+
+def model_dtype(model: Any) -> torch.dtype:
+    dtype = getattr(model, "dtype", None)
+    if isinstance(dtype, torch.dtype) and dtype.is_floating_point:
+        return dtype
+    return torch.float32

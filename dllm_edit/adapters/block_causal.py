@@ -1,0 +1,93 @@
+"""Block-causal models (LLaDA2.x, and any decoder taking a 4-D mask and position ids)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from dllm_edit.layout import CanvasLayout
+
+from .attention import allowed_matrix, backend_mask
+from .base import ModelAdapter, attn_implementation, forward_kwargs, model_dtype
+from .cache import crop_to
+
+
+class BlockCausalAdapter(ModelAdapter):
+    """Adapter for block-causal diffusion LMs, with an exact KV cache of finished blocks.
+
+    Each position attends to its own block and all earlier blocks. Under that mask the keys and
+    values of a finished block do not depend on later blocks, so caching them is exact: each step
+    runs the model on the blocks not yet cached (the active block, plus the previous block on the
+    first step of a block, plus the prompt on the very first step) and the cache is cropped back to
+    the finished blocks afterwards. With multi-block editing, a review copy of the window is appended
+    to the input (see `dllm_edit.strategies.MultiBlockEdit`).
+
+    Example:
+        >>> from dllm_edit.adapters import BlockCausalAdapter
+        >>> BlockCausalAdapter().supports_cache
+        True
+    """
+
+    name = "block_causal"
+    supports_cache = True
+    default_use_cache = True
+    supports_multi_block_edit = True
+
+    def open(self, model: Any, layout: CanvasLayout, use_cache: bool) -> _BlockCausalSession:
+        return _BlockCausalSession(model, layout, use_cache)
+
+
+class _BlockCausalSession:
+    def __init__(self, model: Any, layout: CanvasLayout, use_cache: bool) -> None:
+        from transformers import DynamicCache
+
+        self.model = model
+        self.layout = layout
+        self.cache = DynamicCache() if use_cache else None
+        accepted = forward_kwargs(model)
+        self.pass_positions = "position_ids" in accepted or "kwargs" in accepted
+        self.pass_logits_to_keep = "logits_to_keep" in accepted
+        self.attn = attn_implementation(model)
+        self.dtype = model_dtype(model)
+
+    def _cached(self) -> int:
+        return 0 if self.cache is None else int(self.cache.get_seq_length())
+
+    def invalidate_from(self, block: int) -> None:
+        if self.cache is not None:
+            crop_to(self.cache, min(self._cached(), block * self.layout.block_length))
+
+    def logits(self, canvas: torch.Tensor, block: int, window: int) -> torch.Tensor:
+        bl = self.layout.block_length
+        device = canvas.device
+        block_start, block_end = block * bl, (block + 1) * bl
+        start = self._cached()
+        main = torch.arange(start, block_end, device=device)  # [M] slots run block-causally
+        review = torch.arange(block_start - window * bl, block_start, device=device)  # [R] review copy
+        q_slot = torch.cat([main, review])  # [Q]
+        q_sees = torch.cat([main // bl, torch.full_like(review, block)])  # [Q]
+        k_slot = torch.cat([torch.arange(start, device=device), q_slot])  # [K] cache + inputs
+        k_review = torch.zeros_like(k_slot, dtype=torch.bool)
+        k_review[k_slot.numel() - review.numel() :] = True
+        allowed = allowed_matrix(q_slot, q_sees, k_slot, k_review, self.layout.key_valid, bl)  # [B, Q, K]
+
+        kwargs: dict[str, Any] = {
+            "input_ids": canvas[:, q_slot],  # [B, Q]
+            "attention_mask": backend_mask(allowed, self.attn, self.dtype),  # [B, 1, Q, K]
+        }
+        if self.pass_positions:
+            kwargs["position_ids"] = self.layout.position_ids[:, q_slot]  # [B, Q]
+        if self.cache is not None:
+            kwargs["past_key_values"] = self.cache
+            kwargs["use_cache"] = True
+        else:
+            kwargs["use_cache"] = False
+        keep = bl + review.numel()
+        if self.pass_logits_to_keep:
+            kwargs["logits_to_keep"] = keep
+        logits = self.model(**kwargs).logits[:, -keep:]  # [B, bl + R, V]
+        if self.cache is not None:
+            crop_to(self.cache, block_start)
+        # reorder to span order: window (from the review copy) then the active block
+        return torch.cat([logits[:, bl:], logits[:, :bl]], dim=1)  # [B, R + bl, V]

@@ -1,0 +1,304 @@
+"""`dllm_edit.generate`: the one decoding loop.
+
+Data flow per step (see docs/concepts/decoding.md):
+
+    logits  = session.logits(canvas, block, window)     # adapter; cache holds finished blocks
+    logits  = stutter guard, logits processors
+    cand    = candidates(logits)                        # token + probability, no [B,S,V] softmax kept
+    results = [strategy.step(ctx) for strategy]         # pure; union of Γ and Δ
+    canvas  = write(results)                            # only active rows
+    block-end rule per row (post steps, cap), EOS stop per row after each block
+
+Rows are decoded in lockstep over global blocks; a row that has finished its block (or its whole
+completion) is frozen and stops counting forwards. There is no Python loop over rows and no
+per-row `.item()` inside a step; the loop itself syncs once per step to learn whether any row is
+still active.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from dllm_edit.adapters import ModelAdapter, resolve_adapter
+from dllm_edit.config import EditGenerationConfig
+from dllm_edit.inputs import check_input_ids, check_streamer
+from dllm_edit.kernels import candidates
+from dllm_edit.layout import CanvasLayout, build_canvas
+from dllm_edit.output import EditGenerationOutput
+from dllm_edit.special_tokens import SpecialTokens, resolve_special_tokens
+from dllm_edit.strategies import AdjacentRepeatPenalty, StepContext, StepResult, Strategy
+
+
+def resolve_config(
+    model: Any, generation_config: EditGenerationConfig | None, overrides: dict[str, Any]
+) -> EditGenerationConfig:
+    """The config of this call: the passed one, else the model's (if it is ours), else the defaults;
+    then `overrides` through one `replace()` (unknown keys raise)."""
+    if generation_config is None:
+        model_gen = getattr(model, "generation_config", None)
+        generation_config = model_gen if isinstance(model_gen, EditGenerationConfig) else EditGenerationConfig()
+    elif not isinstance(generation_config, EditGenerationConfig):
+        raise TypeError(
+            "`generation_config` must be an EditGenerationConfig (e.g. EditGenerationConfig.from_mode('quality')), "
+            f"got {type(generation_config).__name__}."
+        )
+    if overrides:
+        return generation_config.replace(**overrides)
+    generation_config.validate()
+    return generation_config
+
+
+def _combine(results: list[StepResult], tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Union of the strategies' decisions; later strategies win where two write the same slot."""
+    commit = torch.zeros_like(results[0].commit)  # [B, S]
+    edit = torch.zeros_like(results[0].edit)  # [B, S]
+    new = tokens  # [B, S]
+    for r in results:
+        write = r.commit | r.edit  # [B, S]
+        new = torch.where(write, r.tokens, new)
+        commit = commit | r.commit
+        edit = edit | r.edit
+    return commit, edit & ~commit, new
+
+
+def _apply_processors(
+    logits: torch.Tensor, canvas: torch.Tensor, end: int, processors: Any
+) -> torch.Tensor:
+    """Run transformers logits processors on `[B*S, V]` scores; `input_ids` is the visible canvas."""
+    batch, span, vocab = logits.shape
+    ids = canvas[:, :end].repeat_interleave(span, dim=0)  # [B*S, end]
+    scores = processors(ids, logits.reshape(batch * span, vocab))  # [B*S, V]
+    return scores.reshape(batch, span, vocab)
+
+
+def _check_finite(logits: torch.Tensor, active: torch.Tensor, block: int, step: int) -> None:
+    bad = (~torch.isfinite(logits)).flatten(1).any(-1) & active  # [B]
+    if bool(bad.any()):
+        rows = bad.nonzero().flatten().tolist()
+        raise ValueError(
+            f"The model returned NaN/inf logits at block {block}, step {step} (rows {rows}). Check the model "
+            "dtype (fp16 overflow: try bfloat16/float32), the weights, and the attention backend."
+        )
+
+
+def _eos_done(
+    canvas: torch.Tensor, layout: CanvasLayout, end: int, tokens: SpecialTokens
+) -> torch.Tensor:
+    """BoolTensor `[B]`: the completion up to slot `end` has no mask left and contains an EOS."""
+    region = canvas[:, :end]  # [B, end]
+    gen = layout.generated[:, :end]  # [B, end]
+    no_mask = ~((region == tokens.mask) & gen).any(-1)  # [B]
+    eos = torch.tensor(tokens.eos, device=canvas.device)  # [E]
+    has_eos = (torch.isin(region, eos) & gen).any(-1)  # [B]
+    return no_mask & has_eos
+
+
+def _finalize(
+    canvas: torch.Tensor, input_ids: torch.Tensor, layout: CanvasLayout, tokens: SpecialTokens
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sequences `[B, W + G]` (cut after the first EOS, padded) and completion lengths `[B]`."""
+    completion = canvas.gather(1, layout.output_index)  # [B, G]
+    if tokens.eos:
+        is_eos = torch.isin(completion, torch.tensor(tokens.eos, device=canvas.device))  # [B, G]
+        after_first = (is_eos.long().cumsum(-1) - is_eos.long()) > 0  # [B, G] strictly after the first EOS
+        completion = completion.masked_fill(after_first, tokens.pad)
+        lengths = (~after_first).sum(-1)  # [B]
+    else:
+        lengths = torch.full((canvas.shape[0],), completion.shape[1], device=canvas.device)
+    return torch.cat([input_ids, completion], dim=1), lengths
+
+
+def _check_capabilities(adapter: ModelAdapter, strategies: list[Strategy], use_cache: bool) -> None:
+    if use_cache and not adapter.supports_cache:
+        raise ValueError(
+            f"use_cache=True but the {adapter.name!r} adapter has no exact KV cache (every position sees "
+            "later blocks). Set use_cache=False (or None for the adapter's default)."
+        )
+    if any(s.needs_window for s in strategies) and not adapter.supports_multi_block_edit:
+        raise ValueError(f"The {adapter.name!r} adapter does not support multi-block editing; set multi_block_edit=False.")
+
+
+@torch.no_grad()
+def generate(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    generation_config: EditGenerationConfig | None = None,
+    adapter: str | ModelAdapter | None = None,
+    streamer: Any = None,
+    logits_processor: Any = None,
+    generator: torch.Generator | None = None,
+    return_dict_in_generate: bool = True,
+    **overrides: Any,
+) -> EditGenerationOutput | torch.Tensor:
+    """Decode completions with editable (M2T + T2T, optionally multi-block) diffusion decoding.
+
+    Args:
+        model: a diffusion LM whose forward returns `.logits` (`[B, L, V]`, logits at `i` predicting
+            token `i`).
+        input_ids: LongTensor `[B, W]`, left-padded prompts.
+        attention_mask: `[B, W]` with 0 on left padding (None: no padding).
+        generation_config: an :class:`EditGenerationConfig`; default: the model's generation config
+            if it is one, else the Quality preset.
+        adapter: `"block_causal"`, `"bidirectional"`, a :class:`ModelAdapter`, or None to detect.
+        streamer: a transformers streamer (batch size 1): `put()` receives the prompt, then each block's
+            final tokens (up to the first EOS); `end()` is called at the end.
+        logits_processor: a transformers `LogitsProcessorList` (or callable) applied to `[B*S, V]`
+            scores, with the visible canvas as `input_ids`.
+        generator: torch.Generator for sampling (temperature > 0).
+        return_dict_in_generate: return an :class:`EditGenerationOutput` (True) or just `sequences`.
+        **overrides: fields of the config, applied through `generation_config.replace(...)`.
+
+    Returns:
+        :class:`EditGenerationOutput`, or the `sequences` LongTensor `[B, W + G]`.
+
+    Raises:
+        ValueError / TypeError: bad input or configuration, before any forward; NaN/inf logits.
+
+    Example:
+        >>> import torch
+        >>> from transformers import LlamaConfig, LlamaForCausalLM
+        >>> import dllm_edit
+        >>> model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
+        ...     num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2)).eval()
+        >>> cfg = dllm_edit.EditGenerationConfig.from_mode("speedy", max_new_tokens=8, block_length=4,
+        ...     mask_token_id=63, eos_token_id=0)
+        >>> out = dllm_edit.generate(model, torch.tensor([[5, 6, 7]]), generation_config=cfg)
+        >>> out.sequences.shape
+        torch.Size([1, 11])
+    """
+    config = resolve_config(model, generation_config, overrides)
+    input_ids, attention_mask = check_input_ids(input_ids, attention_mask)
+    check_streamer(streamer, input_ids.shape[0])
+    tokens = resolve_special_tokens(model, config)
+    adapter_obj = resolve_adapter(model, adapter)
+    strategies = config.build_strategies()
+    use_cache = adapter_obj.default_use_cache if config.use_cache is None else bool(config.use_cache)
+    _check_capabilities(adapter_obj, strategies, use_cache)
+    layout, canvas = build_canvas(
+        input_ids, attention_mask, config.block_length, config.max_new_tokens, tokens.mask, tokens.pad
+    )
+    adapter_obj.check_positions(model, layout)
+    if streamer is not None:
+        streamer.put(input_ids.cpu())
+
+    session = adapter_obj.open(model, layout, use_cache)
+    bl = layout.block_length
+    batch = canvas.shape[0]
+    device = canvas.device
+    window = max(s.needs_window for s in strategies)
+    cap = config.steps_cap()
+    suppress = (tokens.mask,) if config.suppress_mask_token else ()
+    stutter = AdjacentRepeatPenalty(config.repeat_penalty) if config.repeat_penalty > 0 else None
+    num_forwards = torch.zeros(batch, dtype=torch.long, device=device)  # [B]
+    num_edits = torch.zeros(batch, dtype=torch.long, device=device)  # [B]
+    finished = torch.zeros(batch, dtype=torch.bool, device=device)  # [B] stopped at EOS
+    streamed = 0  # completion tokens already given to the streamer
+
+    for block in range(layout.first_block, layout.num_blocks):
+        block_index = block - layout.first_block
+        w = min(window, block_index)  # window blocks actually available
+        span = slice((block - w) * bl, (block + 1) * bl)
+        in_block = torch.arange((w + 1) * bl, device=device) >= w * bl  # [S]
+        generated = layout.generated[:, span]  # [B, S]
+        active = layout.rows_in_block(block) & ~finished  # [B]
+        post_steps = torch.zeros(batch, dtype=torch.long, device=device)  # [B]
+        steps = torch.zeros(batch, dtype=torch.long, device=device)  # [B]
+        step_number = 0
+        while True:
+            old = canvas[:, span].clone()  # [B, S] tokens at the top of the step
+            masked = (old == tokens.mask) & in_block  # [B, S]
+            mask_free = ~masked.any(-1)  # [B]
+            post_steps = post_steps + (mask_free & active)
+            active = active & (post_steps <= config.max_post_steps)
+            if cap is not None:
+                active = active & (steps < cap)
+            if not bool(active.any()):
+                break
+
+            logits = session.logits(canvas, block, w)  # [B, S, V]
+            _check_finite(logits, active, block, step_number)
+            if stutter is not None:
+                left = canvas[:, span.start - 1] if span.start > 0 else torch.full_like(old[:, 0], tokens.mask)
+                logits = stutter(logits, old, left, tokens.mask)  # [B, S, V]
+            if logits_processor is not None:
+                logits = _apply_processors(logits, canvas, span.stop, logits_processor)
+            cand_tokens, cand_probs = candidates(
+                logits,
+                temperature=float(config.temperature or 0.0),
+                top_k=config.top_k,
+                top_p=config.top_p,
+                generator=generator,
+                suppress_ids=suppress,
+            )  # [B, S], [B, S]
+
+            ctx = StepContext(
+                tokens=old,
+                masked=masked,
+                editable=generated & ~masked,
+                in_block=in_block,
+                cand_tokens=cand_tokens,
+                cand_probs=cand_probs,
+                step=steps,
+                block_index=block_index,
+                active=active,
+            )
+            commit, edit, new = _combine([s.step(ctx) for s in strategies], old)
+            commit = commit & active[:, None]  # [B, S]
+            edit = edit & active[:, None]  # [B, S]
+            canvas[:, span] = torch.where(commit | edit, new, old)
+
+            steps = steps + active
+            num_forwards = num_forwards + active
+            num_edits = num_edits + edit.sum(-1)
+            edited_any = edit.any(-1)  # [B]
+            if w > 0:
+                window_edits = edit[:, : w * bl].any(0)  # [w*bl]
+                if bool(window_edits.any()):
+                    first_slot = int(window_edits.nonzero()[0, 0])
+                    session.invalidate_from(block - w + first_slot // bl)
+            active = active & ~(mask_free & ~edited_any)
+            step_number += 1
+
+        if config.eos_early_stop and tokens.eos:
+            finished = finished | (_eos_done(canvas, layout, (block + 1) * bl, tokens) & layout.rows_in_block(block))
+        if streamer is not None:
+            final_end = (block + 1 - window) * bl if block + 1 < layout.num_blocks else (block + 1) * bl
+            streamed = _stream(streamer, canvas, layout, tokens, streamed, final_end)
+        if bool((finished | ~layout.rows_in_block(block + 1)).all()):
+            break
+
+    sequences, lengths = _finalize(canvas, input_ids, layout, tokens)
+    if streamer is not None:
+        _stream(streamer, canvas, layout, tokens, streamed, layout.canvas_length)
+        streamer.end()
+    if not return_dict_in_generate:
+        return sequences
+    tpf = lengths.to(torch.float32) / num_forwards.clamp_min(1).to(torch.float32)
+    return EditGenerationOutput(
+        sequences=sequences, tokens_per_forward=tpf, num_forwards=num_forwards, num_edits=num_edits
+    )
+
+
+def _stream(
+    streamer: Any, canvas: torch.Tensor, layout: CanvasLayout, tokens: SpecialTokens, done: int, end: int
+) -> int:
+    """Give the streamer the completion tokens (batch size 1) that are final up to canvas slot `end`."""
+    start = int(layout.output_index[0, 0])
+    upto = min(max(end - start, 0), layout.max_new_tokens)
+    if upto <= done:
+        return done
+    chunk = canvas[0, start + done : start + upto]  # [n]
+    if tokens.eos:
+        previous = canvas[0, start : start + done]
+        eos = torch.tensor(tokens.eos, device=canvas.device)
+        if bool(torch.isin(previous, eos).any()):
+            return upto
+        hits = torch.isin(chunk, eos).nonzero()
+        if hits.numel():
+            chunk = chunk[: int(hits[0, 0]) + 1]
+    if chunk.numel():
+        streamer.put(chunk.cpu())
+    return upto

@@ -1,0 +1,61 @@
+"""Checks of user input, run before any forward."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+def check_input_ids(input_ids: Any, attention_mask: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """Validate `input_ids` / `attention_mask` and return them as tensors (mask defaulting to ones).
+
+    Raises:
+        TypeError: not tensors, or `input_ids` not an integer tensor.
+        ValueError: wrong rank, shape mismatch, a mask that is not 0/1 left padding.
+    """
+    if not isinstance(input_ids, torch.Tensor):
+        raise TypeError(
+            f"`input_ids` must be a torch.LongTensor of shape [batch, prompt_len], got {type(input_ids).__name__}. "
+            "Use tokenizer(..., return_tensors='pt').input_ids."
+        )
+    if input_ids.dtype.is_floating_point or input_ids.dtype == torch.bool or input_ids.is_complex():
+        raise TypeError(f"`input_ids` must be an integer tensor, got dtype {input_ids.dtype}.")
+    if input_ids.ndim != 2:
+        raise ValueError(
+            f"`input_ids` must be 2-D [batch, prompt_len], got shape {tuple(input_ids.shape)}. "
+            "For a single prompt use input_ids[None] / unsqueeze(0)."
+        )
+    input_ids = input_ids.long()
+    if attention_mask is None:
+        return input_ids, torch.ones_like(input_ids)
+    if not isinstance(attention_mask, torch.Tensor):
+        raise TypeError(f"`attention_mask` must be a torch.Tensor or None, got {type(attention_mask).__name__}.")
+    if attention_mask.shape != input_ids.shape:
+        raise ValueError(
+            f"`attention_mask` shape {tuple(attention_mask.shape)} must equal `input_ids` shape "
+            f"{tuple(input_ids.shape)}."
+        )
+    mask = attention_mask.to(device=input_ids.device)
+    if not bool(((mask == 0) | (mask == 1)).all()):
+        raise ValueError("`attention_mask` must contain only 0 (padding) and 1 (tokens).")
+    mask = mask.long()
+    # left padding: once a row has a 1, it has only 1s after it
+    if bool((mask[:, 1:] < mask[:, :-1]).any()):
+        raise ValueError(
+            "`attention_mask` must describe left padding (0s then 1s in every row); right padding is not "
+            "supported. Set tokenizer.padding_side = 'left'."
+        )
+    return input_ids, mask
+
+
+def check_streamer(streamer: Any, batch: int) -> None:
+    if streamer is None:
+        return
+    if not callable(getattr(streamer, "put", None)) or not callable(getattr(streamer, "end", None)):
+        raise TypeError("`streamer` must have put() and end() methods (a transformers BaseStreamer).")
+    if batch != 1:
+        raise ValueError(
+            f"`streamer` supports batch size 1 (as transformers' TextStreamer), got a batch of {batch}. "
+            "Pass one prompt at a time, or omit the streamer."
+        )

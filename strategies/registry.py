@@ -1,0 +1,84 @@
+"""Registry of strategy classes, with an entry-point group for third-party strategies.
+
+Example:
+    >>> from dataclasses import dataclass
+    >>> from dllm_edit.strategies import Strategy, register_strategy, get_strategy
+    >>> @register_strategy("doc_example_noop")
+    ... @dataclass(frozen=True)
+    ... class NoOp(Strategy):
+    ...     def step(self, ctx):
+    ...         raise NotImplementedError
+    >>> get_strategy("doc_example_noop") is NoOp
+    True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from importlib.metadata import entry_points
+from typing import Any
+
+from .base import Strategy
+
+ENTRY_POINT_GROUP = "dllm_edit.strategies"
+_REGISTRY: dict[str, type[Strategy]] = {}
+_entry_points_loaded = False
+
+
+def register_strategy(
+    name: str | None = None, *, overwrite: bool = False
+) -> Callable[[type[Strategy]], type[Strategy]]:
+    """Class decorator registering a :class:`Strategy` subclass under `name` (default: class name).
+
+    Raises:
+        TypeError: if the class is not a `Strategy` subclass.
+        ValueError: if the name is taken and `overwrite` is False.
+    """
+
+    def decorator(cls: type[Strategy]) -> type[Strategy]:
+        if not (isinstance(cls, type) and issubclass(cls, Strategy)):
+            raise TypeError(f"register_strategy expects a Strategy subclass, got {cls!r}.")
+        key = name or cls.__name__
+        if key in _REGISTRY and _REGISTRY[key] is not cls and not overwrite:
+            raise ValueError(
+                f"A strategy named {key!r} is already registered ({_REGISTRY[key].__qualname__}); "
+                "pass overwrite=True or choose another name."
+            )
+        _REGISTRY[key] = cls
+        return cls
+
+    return decorator
+
+
+def _load_entry_points() -> None:
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    _entry_points_loaded = True
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name not in _REGISTRY:
+            register_strategy(ep.name)(ep.load())
+
+
+def get_strategy(name: str) -> type[Strategy]:
+    """Look up a registered strategy class (built-ins, decorated classes, entry points)."""
+    if name not in _REGISTRY:
+        _load_entry_points()
+    if name not in _REGISTRY:
+        raise ValueError(f"Unknown strategy {name!r}; registered: {sorted(_REGISTRY)}.")
+    return _REGISTRY[name]
+
+
+def available_strategies() -> list[str]:
+    """Names of all registered strategies."""
+    _load_entry_points()
+    return sorted(_REGISTRY)
+
+
+def strategy_from_dict(data: dict[str, Any]) -> Strategy:
+    """Rebuild a strategy from :meth:`Strategy.to_dict` output."""
+    data = dict(data)
+    kind = data.pop("type", None)
+    if not isinstance(kind, str):
+        raise ValueError(f"A strategy dict needs a 'type' key naming a registered strategy, got {data!r}.")
+    return get_strategy(kind)(**data)
