@@ -48,6 +48,9 @@ class _BlockCausalSession:
         accepted = forward_kwargs(model)
         self.pass_positions = "position_ids" in accepted or "kwargs" in accepted
         self.pass_logits_to_keep = "logits_to_keep" in accepted
+        # transformers >= 5.2x names the cache argument `cache`; older versions and remote code use
+        # `past_key_values`.
+        self.cache_kwarg = "cache" if "cache" in accepted else "past_key_values"
         self.attn = attn_implementation(model)
         self.dtype = model_dtype(model)
 
@@ -79,7 +82,7 @@ class _BlockCausalSession:
         if self.pass_positions:
             kwargs["position_ids"] = self.layout.position_ids[:, q_slot]  # [B, Q]
         if self.cache is not None:
-            kwargs["past_key_values"] = self.cache
+            kwargs[self.cache_kwarg] = self.cache
             kwargs["use_cache"] = True
         else:
             kwargs["use_cache"] = False

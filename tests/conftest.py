@@ -1,0 +1,69 @@
+import os
+
+import pytest
+import torch
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "ci", max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
+)
+settings.register_profile("dev", max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+VOCAB = 48
+MASK = VOCAB - 1
+EOS = 1
+PAD = 0
+
+
+def tiny_llama(attn: str = "eager", seed: int = 0, vocab: int = VOCAB):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=512, attn_implementation=attn,
+    )
+    model = LlamaForCausalLM(cfg).eval()
+    _sharpen(model, vocab)
+    return model
+
+
+def tiny_qwen3(attn: str = "sdpa", seed: int = 1, vocab: int = VOCAB):
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = Qwen3Config(
+        vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, max_position_embeddings=512, attn_implementation=attn,
+    )
+    model = Qwen3ForCausalLM(cfg).eval()
+    _sharpen(model, vocab)
+    return model
+
+
+def _sharpen(model, vocab):
+    """Spread the output distribution so thresholds change decisions, and make the mask token
+    (id vocab - 1) never the argmax, so the reference decoder (no mask guard) always terminates."""
+    old = model.lm_head
+    head = torch.nn.Linear(old.in_features, old.out_features, bias=True)
+    with torch.no_grad():
+        head.weight.copy_(old.weight * 8.0)
+        head.bias.zero_()
+        head.bias[vocab - 1] = -1e4
+    model.lm_head = head
+
+
+@pytest.fixture(scope="session")
+def llama_eager():
+    return tiny_llama("eager")
+
+
+@pytest.fixture(scope="session")
+def llama_sdpa():
+    return tiny_llama("sdpa")
+
+
+@pytest.fixture(scope="session")
+def qwen3_sdpa():
+    return tiny_qwen3("sdpa")
