@@ -54,6 +54,7 @@ _DEFAULTS: dict[str, Any] = {
     "suppress_mask_token": True,
     "max_steps_per_block": "auto",
     "repeat_penalty": 0.0,
+    "output_trace": False,
 }
 _SAMPLING_ONLY = ("temperature", "top_k", "top_p")
 
@@ -93,6 +94,7 @@ class EditGenerationConfig(GenerationConfig):
         max_steps_per_block: hard cap on forwards per block; "auto" = `2 * block_length +
             max_post_steps`, None = no cap (the reference).
         repeat_penalty: adjacent-repeat (stutter) penalty λ; 0 = off, ~3 suggested for S mode.
+        output_trace: record every step (`EditGenerationOutput.trace`); costs host copies.
 
     Example:
         >>> from dllm_edit import EditGenerationConfig
@@ -213,7 +215,7 @@ class EditGenerationConfig(GenerationConfig):
             raise ValueError(f"`top_p` must be in (0, 1], got {self.top_p!r}.")
         if not isinstance(self.repeat_penalty, (int, float)) or self.repeat_penalty < 0:
             raise ValueError(f"`repeat_penalty` must be a float >= 0 (0 = off), got {self.repeat_penalty!r}.")
-        for key in ("eos_early_stop", "multi_block_edit", "suppress_mask_token"):
+        for key in ("eos_early_stop", "multi_block_edit", "suppress_mask_token", "output_trace"):
             if not isinstance(getattr(self, key), bool):
                 raise TypeError(f"`{key}` must be a bool, got {getattr(self, key)!r}.")
         if self.strategies is not None:

@@ -26,7 +26,7 @@ from dllm_edit.config import EditGenerationConfig
 from dllm_edit.inputs import check_input_ids, check_streamer
 from dllm_edit.kernels import candidates
 from dllm_edit.layout import CanvasLayout, build_canvas
-from dllm_edit.output import EditGenerationOutput
+from dllm_edit.output import EditGenerationOutput, StepRecord
 from dllm_edit.special_tokens import SpecialTokens, resolve_special_tokens
 from dllm_edit.strategies import AdjacentRepeatPenalty, StepContext, StepResult, Strategy
 
@@ -196,6 +196,7 @@ def generate(
     num_edits = torch.zeros(batch, dtype=torch.long, device=device)  # [B]
     finished = torch.zeros(batch, dtype=torch.bool, device=device)  # [B] stopped at EOS
     streamed = 0  # completion tokens already given to the streamer
+    trace: list[StepRecord] | None = [] if config.output_trace else None
 
     for block in range(layout.first_block, layout.num_blocks):
         block_index = block - layout.first_block
@@ -249,6 +250,12 @@ def generate(
             commit = commit & active[:, None]  # [B, S]
             edit = edit & active[:, None]  # [B, S]
             canvas[:, span] = torch.where(commit | edit, new, old)
+            if trace is not None:
+                trace.append(StepRecord(
+                    block=block, span_start=span.start, active=active.cpu(), masked=masked.cpu(),
+                    commit=commit.cpu(), edit=edit.cpu(), before=old.cpu(), after=canvas[:, span].clone().cpu(),
+                    probs=cand_probs.cpu(),
+                ))
 
             steps = steps + active
             num_forwards = num_forwards + active
@@ -278,7 +285,7 @@ def generate(
         return sequences
     tpf = lengths.to(torch.float32) / num_forwards.clamp_min(1).to(torch.float32)
     return EditGenerationOutput(
-        sequences=sequences, tokens_per_forward=tpf, num_forwards=num_forwards, num_edits=num_edits
+        sequences=sequences, tokens_per_forward=tpf, num_forwards=num_forwards, num_edits=num_edits, trace=trace
     )
 
 

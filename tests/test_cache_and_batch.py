@@ -1,0 +1,79 @@
+"""Behaviours 2 and 3: the KV cache is exact, and batching equals decoding rows one by one."""
+
+import pytest
+import torch
+from conftest import EOS, MASK, PAD
+
+import dllm_edit
+
+IDS = dict(mask_token_id=MASK, eos_token_id=EOS, pad_token_id=PAD)
+
+
+def left_pad(prompts):
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), PAD)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p) :] = torch.tensor(p)
+        mask[i, width - len(p) :] = 1
+    return ids, mask
+
+
+PROMPTS = [[5, 6, 7], [9, 10, 11, 12, 13, 14, 15], [20], [30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40]]
+CASES = [
+    dict(mode="speedy", block_length=4, max_new_tokens=10),
+    dict(mode="quality", block_length=3, max_new_tokens=7, eos_early_stop=False),
+    dict(mode="quality", block_length=5, max_new_tokens=9, editing_threshold=None, max_post_steps=0),
+    dict(mode="speedy", block_length=4, max_new_tokens=8, steps=2, editing_threshold=None),
+]
+
+
+@pytest.mark.parametrize("model_name", ["llama_eager", "llama_sdpa", "qwen3_sdpa"])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c['mode']}-bl{c['block_length']}")
+def test_cache_on_equals_cache_off(request, model_name, case):
+    model = request.getfixturevalue(model_name)
+    case = dict(case)
+    cfg = dllm_edit.EditGenerationConfig.from_mode(case.pop("mode"), **IDS, **case)
+    for prompt in PROMPTS:
+        ids = torch.tensor([prompt])
+        off = dllm_edit.generate(model, ids, generation_config=cfg, use_cache=False)
+        on = dllm_edit.generate(model, ids, generation_config=cfg, use_cache=True)
+        assert torch.equal(on.sequences, off.sequences)
+        assert torch.equal(on.num_forwards, off.num_forwards)
+
+
+@pytest.mark.parametrize("use_cache", [False, True])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c['mode']}-bl{c['block_length']}")
+def test_batch_equals_rows_alone(llama_eager, case, use_cache):
+    case = dict(case)
+    cfg = dllm_edit.EditGenerationConfig.from_mode(case.pop("mode"), use_cache=use_cache, **IDS, **case)
+    ids, mask = left_pad(PROMPTS)
+    batch = dllm_edit.generate(llama_eager, ids, attention_mask=mask, generation_config=cfg)
+    width = ids.shape[1]
+    for i, prompt in enumerate(PROMPTS):
+        alone = dllm_edit.generate(llama_eager, torch.tensor([prompt]), generation_config=cfg)
+        assert torch.equal(batch.sequences[i, width:], alone.sequences[0, len(prompt) :])
+        assert torch.equal(batch.sequences[i, :width], ids[i])  # the prompt and its padding are kept
+        assert batch.num_forwards[i] == alone.num_forwards[0]
+        assert torch.allclose(batch.tokens_per_forward[i], alone.tokens_per_forward[0])
+
+
+def test_finished_rows_stop_counting_forwards(llama_eager):
+    # a row whose completion ends early (EOS) must not keep counting forwards
+    from denoisers import ScriptedDenoiser  # noqa: F401  (documentation pointer)
+
+    cfg = dllm_edit.EditGenerationConfig.from_mode("quality", block_length=2, max_new_tokens=12, **IDS)
+    ids, mask = left_pad([[5, 6], [7, 8]])
+    out = dllm_edit.generate(llama_eager, ids, attention_mask=mask, generation_config=cfg)
+    for i in range(2):
+        alone = dllm_edit.generate(llama_eager, ids[i : i + 1], generation_config=cfg)
+        assert out.num_forwards[i] == alone.num_forwards[0]
+
+
+def test_sampling_is_reproducible_with_generator(llama_eager):
+    cfg = dllm_edit.EditGenerationConfig.from_mode("quality", block_length=4, max_new_tokens=8, temperature=0.8,
+                                                   top_k=10, top_p=0.9, **IDS)
+    ids = torch.tensor([[5, 6, 7]])
+    a = dllm_edit.generate(llama_eager, ids, generation_config=cfg, generator=torch.Generator().manual_seed(3))
+    b = dllm_edit.generate(llama_eager, ids, generation_config=cfg, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(a.sequences, b.sequences)
