@@ -119,7 +119,9 @@ class EditGenerationConfig(GenerationConfig):
         self.editing_threshold = _load_schedule(self.editing_threshold)
         self.multi_block_threshold = _load_schedule(self.multi_block_threshold)
         if self.strategies is not None:
-            self.strategies = [s if isinstance(s, Strategy) else strategy_from_dict(s) for s in self.strategies]
+            self.strategies = [
+                s if isinstance(s, Strategy) else strategy_from_dict(s) for s in self.strategies
+            ]
         super().__init__(**kwargs)
 
     # ------------------------------------------------------------------ construction
@@ -236,7 +238,9 @@ class EditGenerationConfig(GenerationConfig):
         if self.steps is None:
             out.append(ThresholdUnmask(threshold=self.threshold, num_to_transfer=self.num_to_transfer))
         else:
-            out.append(QuotaUnmask(steps=self.steps, block_length=self.block_length, threshold=self.threshold))
+            out.append(
+                QuotaUnmask(steps=self.steps, block_length=self.block_length, threshold=self.threshold)
+            )
         if self.editing_threshold is not None:
             out.append(TokenEdit(threshold=self.editing_threshold))
         if self.multi_block_edit:

@@ -38,10 +38,13 @@ def resolve_config(
     then `overrides` through one `replace()` (unknown keys raise)."""
     if generation_config is None:
         model_gen = getattr(model, "generation_config", None)
-        generation_config = model_gen if isinstance(model_gen, EditGenerationConfig) else EditGenerationConfig()
+        generation_config = (
+            model_gen if isinstance(model_gen, EditGenerationConfig) else EditGenerationConfig()
+        )
     elif not isinstance(generation_config, EditGenerationConfig):
         raise TypeError(
-            "`generation_config` must be an EditGenerationConfig (e.g. EditGenerationConfig.from_mode('quality')), "
+            "`generation_config` must be an EditGenerationConfig "
+            "(e.g. EditGenerationConfig.from_mode('quality')), "
             f"got {type(generation_config).__name__}."
         )
     if overrides:
@@ -50,7 +53,9 @@ def resolve_config(
     return generation_config
 
 
-def _combine(results: list[StepResult], tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _combine(
+    results: list[StepResult], tokens: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Union of the strategies' decisions; later strategies win where two write the same slot."""
     commit = torch.zeros_like(results[0].commit)  # [B, S]
     edit = torch.zeros_like(results[0].edit)  # [B, S]
@@ -63,9 +68,7 @@ def _combine(results: list[StepResult], tokens: torch.Tensor) -> tuple[torch.Ten
     return commit, edit & ~commit, new
 
 
-def _apply_processors(
-    logits: torch.Tensor, canvas: torch.Tensor, end: int, processors: Any
-) -> torch.Tensor:
+def _apply_processors(logits: torch.Tensor, canvas: torch.Tensor, end: int, processors: Any) -> torch.Tensor:
     """Run transformers logits processors on `[B*S, V]` scores; `input_ids` is the visible canvas."""
     batch, span, vocab = logits.shape
     ids = canvas[:, :end].repeat_interleave(span, dim=0)  # [B*S, end]
@@ -83,9 +86,7 @@ def _check_finite(logits: torch.Tensor, active: torch.Tensor, block: int, step: 
         )
 
 
-def _eos_done(
-    canvas: torch.Tensor, layout: CanvasLayout, end: int, tokens: SpecialTokens
-) -> torch.Tensor:
+def _eos_done(canvas: torch.Tensor, layout: CanvasLayout, end: int, tokens: SpecialTokens) -> torch.Tensor:
     """BoolTensor `[B]`: the completion up to slot `end` has no mask left and contains an EOS."""
     region = canvas[:, :end]  # [B, end]
     gen = layout.generated[:, :end]  # [B, end]
@@ -117,7 +118,9 @@ def _check_capabilities(adapter: ModelAdapter, strategies: list[Strategy], use_c
             "later blocks). Set use_cache=False (or None for the adapter's default)."
         )
     if any(s.needs_window for s in strategies) and not adapter.supports_multi_block_edit:
-        raise ValueError(f"The {adapter.name!r} adapter does not support multi-block editing; set multi_block_edit=False.")
+        raise ValueError(
+            f"The {adapter.name!r} adapter does not support multi-block editing; set multi_block_edit=False."
+        )
 
 
 @torch.no_grad()
@@ -222,7 +225,9 @@ def generate(
             logits = session.logits(canvas, block, w)  # [B, S, V]
             _check_finite(logits, active, block, step_number)
             if stutter is not None:
-                left = canvas[:, span.start - 1] if span.start > 0 else torch.full_like(old[:, 0], tokens.mask)
+                left = (
+                    canvas[:, span.start - 1] if span.start > 0 else torch.full_like(old[:, 0], tokens.mask)
+                )
                 logits = stutter(logits, old, left, tokens.mask)  # [B, S, V]
             if logits_processor is not None:
                 logits = _apply_processors(logits, canvas, span.stop, logits_processor)
@@ -251,11 +256,19 @@ def generate(
             edit = edit & active[:, None]  # [B, S]
             canvas[:, span] = torch.where(commit | edit, new, old)
             if trace is not None:
-                trace.append(StepRecord(
-                    block=block, span_start=span.start, active=active.cpu(), masked=masked.cpu(),
-                    commit=commit.cpu(), edit=edit.cpu(), before=old.cpu(), after=canvas[:, span].clone().cpu(),
-                    probs=cand_probs.cpu(),
-                ))
+                trace.append(
+                    StepRecord(
+                        block=block,
+                        span_start=span.start,
+                        active=active.cpu(),
+                        masked=masked.cpu(),
+                        commit=commit.cpu(),
+                        edit=edit.cpu(),
+                        before=old.cpu(),
+                        after=canvas[:, span].clone().cpu(),
+                        probs=cand_probs.cpu(),
+                    )
+                )
 
             steps = steps + active
             num_forwards = num_forwards + active
@@ -270,7 +283,9 @@ def generate(
             step_number += 1
 
         if config.eos_early_stop and tokens.eos:
-            finished = finished | (_eos_done(canvas, layout, (block + 1) * bl, tokens) & layout.rows_in_block(block))
+            finished = finished | (
+                _eos_done(canvas, layout, (block + 1) * bl, tokens) & layout.rows_in_block(block)
+            )
         if streamer is not None:
             final_end = (block + 1 - window) * bl if block + 1 < layout.num_blocks else (block + 1) * bl
             streamed = _stream(streamer, canvas, layout, tokens, streamed, final_end)
@@ -285,7 +300,11 @@ def generate(
         return sequences
     tpf = lengths.to(torch.float32) / num_forwards.clamp_min(1).to(torch.float32)
     return EditGenerationOutput(
-        sequences=sequences, tokens_per_forward=tpf, num_forwards=num_forwards, num_edits=num_edits, trace=trace
+        sequences=sequences,
+        tokens_per_forward=tpf,
+        num_forwards=num_forwards,
+        num_edits=num_edits,
+        trace=trace,
     )
 
 

@@ -16,7 +16,8 @@ def check_input_ids(input_ids: Any, attention_mask: Any) -> tuple[torch.Tensor, 
     """
     if not isinstance(input_ids, torch.Tensor):
         raise TypeError(
-            f"`input_ids` must be a torch.LongTensor of shape [batch, prompt_len], got {type(input_ids).__name__}. "
+            "`input_ids` must be a torch.LongTensor of shape [batch, prompt_len], "
+            f"got {type(input_ids).__name__}. "
             "Use tokenizer(..., return_tensors='pt').input_ids."
         )
     if input_ids.dtype.is_floating_point or input_ids.dtype == torch.bool or input_ids.is_complex():
@@ -30,7 +31,9 @@ def check_input_ids(input_ids: Any, attention_mask: Any) -> tuple[torch.Tensor, 
     if attention_mask is None:
         return input_ids, torch.ones_like(input_ids)
     if not isinstance(attention_mask, torch.Tensor):
-        raise TypeError(f"`attention_mask` must be a torch.Tensor or None, got {type(attention_mask).__name__}.")
+        raise TypeError(
+            f"`attention_mask` must be a torch.Tensor or None, got {type(attention_mask).__name__}."
+        )
     if attention_mask.shape != input_ids.shape:
         raise ValueError(
             f"`attention_mask` shape {tuple(attention_mask.shape)} must equal `input_ids` shape "

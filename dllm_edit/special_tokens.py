@@ -37,7 +37,9 @@ def resolve_special_tokens(model: Any, config: Any) -> SpecialTokens:
     model_gen = getattr(model, "generation_config", None)
     model_cfg = getattr(model, "config", None)
     mask = _first(
-        config.mask_token_id, getattr(model_gen, "mask_token_id", None), getattr(model_cfg, "mask_token_id", None)
+        config.mask_token_id,
+        getattr(model_gen, "mask_token_id", None),
+        getattr(model_cfg, "mask_token_id", None),
     )
     if mask is None:
         raise ValueError(
@@ -46,10 +48,16 @@ def resolve_special_tokens(model: Any, config: Any) -> SpecialTokens:
             "(or set model.generation_config.mask_token_id)."
         )
     eos = _as_ids(
-        _first(config.eos_token_id, getattr(model_gen, "eos_token_id", None), getattr(model_cfg, "eos_token_id", None))
+        _first(
+            config.eos_token_id,
+            getattr(model_gen, "eos_token_id", None),
+            getattr(model_cfg, "eos_token_id", None),
+        )
     )
     pad = _first(
-        config.pad_token_id, getattr(model_gen, "pad_token_id", None), getattr(model_cfg, "pad_token_id", None)
+        config.pad_token_id,
+        getattr(model_gen, "pad_token_id", None),
+        getattr(model_cfg, "pad_token_id", None),
     )
     if pad is None:
         pad = eos[0] if eos else int(mask)

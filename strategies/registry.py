@@ -45,6 +45,8 @@ def register_strategy(
                 "pass overwrite=True or choose another name."
             )
         _REGISTRY[key] = cls
+        if not cls.__dict__.get("name"):
+            cls.name = key  # so to_dict() records the name the class is registered under
         return cls
 
     return decorator

@@ -52,5 +52,7 @@ class AdjacentRepeatPenalty:
         vocab = logits.shape[-1]
         prev_clamped = prev.clamp(0, vocab - 1)  # [B, S]
         delta = torch.zeros_like(logits)  # [B, S, V]
-        delta.scatter_(-1, prev_clamped[..., None], (valid * float(self.penalty_lambda)).to(logits.dtype)[..., None])
+        delta.scatter_(
+            -1, prev_clamped[..., None], (valid * float(self.penalty_lambda)).to(logits.dtype)[..., None]
+        )
         return logits - delta

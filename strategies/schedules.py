@@ -8,8 +8,8 @@ Example:
     >>> import torch
     >>> from dllm_edit.strategies import Cosine, as_schedule
     >>> sched = Cosine(start=0.9, end=0.5, num_steps=4)
-    >>> sched(torch.tensor([0, 4]), block_index=0).tolist()
-    [0.8999999761581543, 0.5]
+    >>> [round(v, 3) for v in sched(torch.tensor([0, 4]), block_index=0).tolist()]
+    [0.9, 0.5]
     >>> as_schedule(0.7)
     Constant(value=0.7)
 """
@@ -107,8 +107,8 @@ class Linear(Schedule):
 
     Example:
         >>> import torch
-        >>> Linear(0.9, 0.5, num_steps=4)(torch.tensor([0, 2, 9])).tolist()
-        [0.8999999761581543, 0.699999988079071, 0.5]
+        >>> [round(v, 3) for v in Linear(0.9, 0.5, num_steps=4)(torch.tensor([0, 2, 9])).tolist()]
+        [0.9, 0.7, 0.5]
     """
 
     start: float
@@ -165,8 +165,8 @@ class Stepwise(Schedule):
     Example:
         >>> import torch
         >>> s = Stepwise(values=(0.9, 0.7, 0.5), boundaries=(1, 3), over="block")
-        >>> s(torch.tensor([0]), block_index=2).tolist()
-        [0.699999988079071]
+        >>> [round(v, 3) for v in s(torch.tensor([0]), block_index=2).tolist()]
+        [0.7]
     """
 
     values: tuple[float, ...]

@@ -84,7 +84,8 @@ class ThresholdUnmask(Strategy):
             raise TypeError(f"`num_to_transfer` must be an int >= 1, got {self.num_to_transfer!r}.")
         if self.num_to_transfer < 1:
             raise ValueError(
-                f"`num_to_transfer` must be >= 1 (each step must unmask something), got {self.num_to_transfer}."
+                "`num_to_transfer` must be >= 1 (each step must unmask something), "
+                f"got {self.num_to_transfer}."
             )
 
     def step(self, ctx: StepContext) -> StepResult:

@@ -7,7 +7,9 @@ from hypothesis import HealthCheck, settings
 settings.register_profile(
     "ci", max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
 )
-settings.register_profile("dev", max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(
+    "dev", max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 VOCAB = 48
@@ -21,8 +23,14 @@ def tiny_llama(attn: str = "eager", seed: int = 0, vocab: int = VOCAB):
 
     torch.manual_seed(seed)
     cfg = LlamaConfig(
-        vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=512, attn_implementation=attn,
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        attn_implementation=attn,
     )
     model = LlamaForCausalLM(cfg).eval()
     _sharpen(model, vocab)
@@ -34,8 +42,15 @@ def tiny_qwen3(attn: str = "sdpa", seed: int = 1, vocab: int = VOCAB):
 
     torch.manual_seed(seed)
     cfg = Qwen3Config(
-        vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=8, max_position_embeddings=512, attn_implementation=attn,
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=512,
+        attn_implementation=attn,
     )
     model = Qwen3ForCausalLM(cfg).eval()
     _sharpen(model, vocab)

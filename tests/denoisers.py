@@ -27,7 +27,14 @@ class BagDenoiser(torch.nn.Module):
     decoding with it is well defined (no KV cache: it recomputes everything).
     """
 
-    def __init__(self, vocab_size: int = 24, dim: int = 16, max_positions: int = 512, sharpness: float = 3.0, seed: int = 0):
+    def __init__(
+        self,
+        vocab_size: int = 24,
+        dim: int = 16,
+        max_positions: int = 512,
+        sharpness: float = 3.0,
+        seed: int = 0,
+    ):
         super().__init__()
         g = torch.Generator().manual_seed(seed)
         self.E = torch.randn(vocab_size, dim, generator=g)

@@ -25,8 +25,19 @@ def _greedy(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 @torch.no_grad()
 def reference_generate_21(
-    model, input_ids, *, mask_id, eos_id, gen_length, block_length, threshold, editing_threshold,
-    max_post_steps, num_to_transfer=1, eos_early_stop=False, counter=None,
+    model,
+    input_ids,
+    *,
+    mask_id,
+    eos_id,
+    gen_length,
+    block_length,
+    threshold,
+    editing_threshold,
+    max_post_steps,
+    num_to_transfer=1,
+    eos_early_stop=False,
+    counter=None,
 ):
     prompt_length = input_ids.shape[1]
     num_blocks = (prompt_length + gen_length + block_length - 1) // block_length
@@ -52,7 +63,9 @@ def reference_generate_21(
             if block_start < prompt_length:
                 prompt_in_block[: min(prompt_length - block_start, block_length)] = True
             logits = model(
-                input_ids=cur_x, attention_mask=full_mask[:, :, :end, :end], position_ids=position_ids[:, :end]
+                input_ids=cur_x,
+                attention_mask=full_mask[:, :, :end, :end],
+                position_ids=position_ids[:, :end],
             ).logits
             if counter is not None:
                 counter.append(num_block)
@@ -90,7 +103,16 @@ def reference_generate_21(
 
 @torch.no_grad()
 def reference_generate_20(
-    model, input_ids, *, mask_id, eos_id, gen_length, block_length, steps, threshold, eos_early_stop=False,
+    model,
+    input_ids,
+    *,
+    mask_id,
+    eos_id,
+    gen_length,
+    block_length,
+    steps,
+    threshold,
+    eos_early_stop=False,
 ):
     prompt_length = input_ids.shape[1]
     num_blocks = (prompt_length + gen_length + block_length - 1) // block_length
@@ -109,7 +131,9 @@ def reference_generate_20(
             if active.sum() == 0:
                 break
             logits = model(
-                input_ids=cur_x, attention_mask=full_mask[:, :, :end, :end], position_ids=position_ids[:, :end]
+                input_ids=cur_x,
+                attention_mask=full_mask[:, :, :end, :end],
+                position_ids=position_ids[:, :end],
             ).logits
             x0, x0_p = _greedy(logits[:, -block_length:, :])
             quota = min(schedule[step], int(active.sum().item()))

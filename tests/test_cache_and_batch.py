@@ -71,9 +71,14 @@ def test_finished_rows_stop_counting_forwards(llama_eager):
 
 
 def test_sampling_is_reproducible_with_generator(llama_eager):
-    cfg = dllm_edit.EditGenerationConfig.from_mode("quality", block_length=4, max_new_tokens=8, temperature=0.8,
-                                                   top_k=10, top_p=0.9, **IDS)
+    cfg = dllm_edit.EditGenerationConfig.from_mode(
+        "quality", block_length=4, max_new_tokens=8, temperature=0.8, top_k=10, top_p=0.9, **IDS
+    )
     ids = torch.tensor([[5, 6, 7]])
-    a = dllm_edit.generate(llama_eager, ids, generation_config=cfg, generator=torch.Generator().manual_seed(3))
-    b = dllm_edit.generate(llama_eager, ids, generation_config=cfg, generator=torch.Generator().manual_seed(3))
+    a = dllm_edit.generate(
+        llama_eager, ids, generation_config=cfg, generator=torch.Generator().manual_seed(3)
+    )
+    b = dllm_edit.generate(
+        llama_eager, ids, generation_config=cfg, generator=torch.Generator().manual_seed(3)
+    )
     assert torch.equal(a.sequences, b.sequences)

@@ -13,13 +13,20 @@ PROMPTS = [[5, 6, 7], [9, 10, 11, 12, 13], [20, 21]]
 @pytest.mark.parametrize("use_cache", [False, True])
 def test_review_copy_leaves_active_block_decoding_unchanged(llama_eager, use_cache):
     # with an MBE threshold of 1.0 no window edit can pass (strict >): outputs equal MBE off
-    base = dllm_edit.EditGenerationConfig.from_mode("quality", block_length=4, max_new_tokens=12, use_cache=use_cache,
-                                                    **IDS)
+    base = dllm_edit.EditGenerationConfig.from_mode(
+        "quality", block_length=4, max_new_tokens=12, use_cache=use_cache, **IDS
+    )
     for prompt in PROMPTS:
         ids = torch.tensor([prompt])
         off = dllm_edit.generate(llama_eager, ids, generation_config=base)
-        on = dllm_edit.generate(llama_eager, ids, generation_config=base, multi_block_edit=True,
-                                multi_block_window=2, multi_block_threshold=1.0)
+        on = dllm_edit.generate(
+            llama_eager,
+            ids,
+            generation_config=base,
+            multi_block_edit=True,
+            multi_block_window=2,
+            multi_block_threshold=1.0,
+        )
         assert torch.equal(on.sequences, off.sequences)
         assert torch.equal(on.num_forwards, off.num_forwards)
 
@@ -28,8 +35,15 @@ def test_review_copy_leaves_active_block_decoding_unchanged(llama_eager, use_cac
 def test_window_edits_happen_and_cache_stays_exact(request, model_name):
     model = request.getfixturevalue(model_name)
     cfg = dllm_edit.EditGenerationConfig.from_mode(
-        "speedy", block_length=3, max_new_tokens=12, multi_block_edit=True, multi_block_window=2,
-        multi_block_threshold=0.0, eos_early_stop=False, output_trace=True, **IDS,
+        "speedy",
+        block_length=3,
+        max_new_tokens=12,
+        multi_block_edit=True,
+        multi_block_window=2,
+        multi_block_threshold=0.0,
+        eos_early_stop=False,
+        output_trace=True,
+        **IDS,
     )
     window_edits = 0
     for prompt in PROMPTS:
@@ -49,8 +63,15 @@ def test_window_edits_happen_and_cache_stays_exact(request, model_name):
 
 def test_bidirectional_adapter_supports_mbe_and_refuses_cache(llama_eager):
     ids = torch.tensor([[5, 6, 7]])
-    out = dllm_edit.generate(llama_eager, ids, adapter="bidirectional", block_length=4, max_new_tokens=8,
-                             multi_block_edit=True, **IDS)
+    out = dllm_edit.generate(
+        llama_eager,
+        ids,
+        adapter="bidirectional",
+        block_length=4,
+        max_new_tokens=8,
+        multi_block_edit=True,
+        **IDS,
+    )
     assert out.sequences.shape == (1, 11)
     with pytest.raises(ValueError, match="use_cache=True"):
         dllm_edit.generate(llama_eager, ids, adapter="bidirectional", use_cache=True, max_new_tokens=4, **IDS)

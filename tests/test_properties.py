@@ -53,8 +53,16 @@ def left_pad(rows):
 @given(rows=prompts, cfg=configs)
 def test_invariants_on_every_step(rows, cfg):
     ids, mask = left_pad(rows)
-    out = dllm_edit.generate(BAG, ids, attention_mask=mask, adapter="block_causal", use_cache=False,
-                             output_trace=True, **IDS, **cfg)
+    out = dllm_edit.generate(
+        BAG,
+        ids,
+        attention_mask=mask,
+        adapter="block_causal",
+        use_cache=False,
+        output_trace=True,
+        **IDS,
+        **cfg,
+    )
     width = ids.shape[1]
     # the prompt (and its padding) never changes; no MASK is left in the completion
     assert torch.equal(out.sequences[:, :width], ids)
@@ -86,10 +94,14 @@ def test_invariants_on_every_step(rows, cfg):
 @given(rows=prompts, cfg=configs)
 def test_batch_of_b_equals_b_runs_of_one(rows, cfg):
     ids, mask = left_pad(rows)
-    batch = dllm_edit.generate(BAG, ids, attention_mask=mask, adapter="block_causal", use_cache=False, **IDS, **cfg)
+    batch = dllm_edit.generate(
+        BAG, ids, attention_mask=mask, adapter="block_causal", use_cache=False, **IDS, **cfg
+    )
     width = ids.shape[1]
     for i, r in enumerate(rows):
-        alone = dllm_edit.generate(BAG, torch.tensor([r]), adapter="block_causal", use_cache=False, **IDS, **cfg)
+        alone = dllm_edit.generate(
+            BAG, torch.tensor([r]), adapter="block_causal", use_cache=False, **IDS, **cfg
+        )
         assert torch.equal(batch.sequences[i, width:], alone.sequences[0, len(r) :])
         assert batch.num_forwards[i] == alone.num_forwards[0]
 
@@ -103,12 +115,27 @@ def test_cache_on_equals_cache_off(rows, cfg):
     assert torch.equal(on.num_forwards, off.num_forwards)
 
 
-@given(prompt=st.lists(st.integers(2, MASK - 1), min_size=1, max_size=9), k=st.integers(1, 4),
-       bl=st.integers(1, 6), gen=st.integers(1, 12))
+@given(
+    prompt=st.lists(st.integers(2, MASK - 1), min_size=1, max_size=9),
+    k=st.integers(1, 4),
+    bl=st.integers(1, 6),
+    gen=st.integers(1, 12),
+)
 def test_threshold_one_is_pure_top_k(prompt, k, bl, gen):
-    out = dllm_edit.generate(BAG, torch.tensor([prompt]), adapter="block_causal", use_cache=False, output_trace=True,
-                             threshold=1.0, num_to_transfer=k, editing_threshold=None, block_length=bl,
-                             max_new_tokens=gen, eos_early_stop=False, **IDS)
+    out = dllm_edit.generate(
+        BAG,
+        torch.tensor([prompt]),
+        adapter="block_causal",
+        use_cache=False,
+        output_trace=True,
+        threshold=1.0,
+        num_to_transfer=k,
+        editing_threshold=None,
+        block_length=bl,
+        max_new_tokens=gen,
+        eos_early_stop=False,
+        **IDS,
+    )
     for rec in out.trace:
         expected = torch.minimum(rec.masked.sum(-1), torch.tensor(k))
         assert torch.equal(rec.commit.sum(-1)[rec.active], expected[rec.active])
@@ -116,26 +143,50 @@ def test_threshold_one_is_pure_top_k(prompt, k, bl, gen):
 
 schedules = st.one_of(
     st.floats(0.0, 1.0),
-    st.builds(Linear, st.floats(0, 1), st.floats(0, 1), st.integers(1, 8), st.sampled_from(["step", "block"])),
+    st.builds(
+        Linear, st.floats(0, 1), st.floats(0, 1), st.integers(1, 8), st.sampled_from(["step", "block"])
+    ),
     st.builds(Cosine, st.floats(0, 1), st.floats(0, 1), st.integers(1, 8)),
     st.builds(lambda a, b: Stepwise((a, b), (2,), "block"), st.floats(0, 1), st.floats(0, 1)),
 )
 
 
-@given(threshold=schedules, editing=st.one_of(st.none(), schedules), bl=st.integers(1, 64),
-       post=st.integers(0, 20), mbe=st.booleans(), steps=st.one_of(st.none(), st.integers(1, 4)),
-       explicit=st.booleans())
+@given(
+    threshold=schedules,
+    editing=st.one_of(st.none(), schedules),
+    bl=st.integers(1, 64),
+    post=st.integers(0, 20),
+    mbe=st.booleans(),
+    steps=st.one_of(st.none(), st.integers(1, 4)),
+    explicit=st.booleans(),
+)
 def test_config_save_pretrained_round_trip(threshold, editing, bl, post, mbe, steps, explicit):
     strategies = [ThresholdUnmask(threshold, 2), TokenEdit(0.3), MultiBlockEdit(2, 0.8)] if explicit else None
     cfg = dllm_edit.EditGenerationConfig(
-        threshold=threshold, editing_threshold=editing, block_length=max(bl, steps or 1), max_post_steps=post,
-        multi_block_edit=mbe, steps=steps, strategies=strategies, mask_token_id=MASK, eos_token_id=EOS,
+        threshold=threshold,
+        editing_threshold=editing,
+        block_length=max(bl, steps or 1),
+        max_post_steps=post,
+        multi_block_edit=mbe,
+        steps=steps,
+        strategies=strategies,
+        mask_token_id=MASK,
+        eos_token_id=EOS,
     )
     with tempfile.TemporaryDirectory() as d:
         cfg.save_pretrained(d)
         back = dllm_edit.EditGenerationConfig.from_pretrained(d)
-    for key in ("threshold", "editing_threshold", "block_length", "max_post_steps", "multi_block_edit", "steps",
-                "mask_token_id", "eos_token_id", "strategies"):
+    for key in (
+        "threshold",
+        "editing_threshold",
+        "block_length",
+        "max_post_steps",
+        "multi_block_edit",
+        "steps",
+        "mask_token_id",
+        "eos_token_id",
+        "strategies",
+    ):
         assert getattr(back, key) == getattr(cfg, key), key
     assert back.build_strategies() == cfg.build_strategies()
 
@@ -154,13 +205,23 @@ def test_step_mutates_nothing(b, s, seed):
     masked = torch.rand(b, s, generator=g) < 0.5
     in_block = torch.arange(s) >= s // 2
     ctx = StepContext(
-        tokens=torch.randint(0, 9, (b, s), generator=g), masked=masked, editable=~masked, in_block=in_block,
-        cand_tokens=torch.randint(0, 9, (b, s), generator=g), cand_probs=torch.rand(b, s, generator=g),
-        step=torch.randint(0, 3, (b,), generator=g), block_index=1, active=torch.ones(b, dtype=torch.bool),
+        tokens=torch.randint(0, 9, (b, s), generator=g),
+        masked=masked,
+        editable=~masked,
+        in_block=in_block,
+        cand_tokens=torch.randint(0, 9, (b, s), generator=g),
+        cand_probs=torch.rand(b, s, generator=g),
+        step=torch.randint(0, 3, (b,), generator=g),
+        block_index=1,
+        active=torch.ones(b, dtype=torch.bool),
     )
     before = {k: v.clone() for k, v in vars(ctx).items() if isinstance(v, torch.Tensor)}
-    strategies = [ThresholdUnmask(0.5), QuotaUnmask(steps=3, block_length=max(3, s)), TokenEdit(0.2),
-                  MultiBlockEdit(1, 0.3)]
+    strategies = [
+        ThresholdUnmask(0.5),
+        QuotaUnmask(steps=3, block_length=max(3, s)),
+        TokenEdit(0.2),
+        MultiBlockEdit(1, 0.3),
+    ]
     for strategy in strategies:
         frozen = strategy.to_dict()
         result = strategy.step(ctx)

@@ -11,8 +11,13 @@ from reference_decoder import reference_generate_20, reference_generate_21
 import dllm_edit
 
 REFERENCE_LIKE = dict(
-    adapter="block_causal", use_cache=False, mask_token_id=MASK, eos_token_id=EOS, pad_token_id=PAD,
-    suppress_mask_token=False, max_steps_per_block=None,
+    adapter="block_causal",
+    use_cache=False,
+    mask_token_id=MASK,
+    eos_token_id=EOS,
+    pad_token_id=PAD,
+    suppress_mask_token=False,
+    max_steps_per_block=None,
 )
 BAG = BagDenoiser(vocab_size=48)
 LLAMA = tiny_llama()
@@ -37,14 +42,29 @@ def _completion(out, prompt_len, ref):
 )
 @pytest.mark.parametrize("model", [BAG, LLAMA], ids=["bag", "llama"])
 def test_matches_llada21_reference(
-    model, prompt_len, block_length, gen_length, threshold, editing_threshold, max_post_steps, eos_early_stop, seed
+    model,
+    prompt_len,
+    block_length,
+    gen_length,
+    threshold,
+    editing_threshold,
+    max_post_steps,
+    eos_early_stop,
+    seed,
 ):
     g = torch.Generator().manual_seed(seed)
     prompt = torch.randint(2, MASK, (1, prompt_len), generator=g)
-    kw = dict(block_length=block_length, threshold=threshold, editing_threshold=editing_threshold,
-              max_post_steps=max_post_steps, eos_early_stop=eos_early_stop)
+    kw = dict(
+        block_length=block_length,
+        threshold=threshold,
+        editing_threshold=editing_threshold,
+        max_post_steps=max_post_steps,
+        eos_early_stop=eos_early_stop,
+    )
     calls = []
-    ref = reference_generate_21(model, prompt, mask_id=MASK, eos_id=EOS, gen_length=gen_length, counter=calls, **kw)
+    ref = reference_generate_21(
+        model, prompt, mask_id=MASK, eos_id=EOS, gen_length=gen_length, counter=calls, **kw
+    )
     out = dllm_edit.generate(model, prompt, max_new_tokens=gen_length, **REFERENCE_LIKE, **kw)
     assert out.sequences.shape == (1, prompt_len + gen_length)
     assert torch.equal(out.sequences[0, :prompt_len], prompt[0])
@@ -69,11 +89,26 @@ def test_matches_llada20_quota_reference(
     g = torch.Generator().manual_seed(seed)
     prompt = torch.randint(2, MASK, (1, prompt_len), generator=g)
     ref = reference_generate_20(
-        model, prompt, mask_id=MASK, eos_id=EOS, gen_length=gen_length, block_length=block_length, steps=steps,
-        threshold=threshold, eos_early_stop=eos_early_stop,
+        model,
+        prompt,
+        mask_id=MASK,
+        eos_id=EOS,
+        gen_length=gen_length,
+        block_length=block_length,
+        steps=steps,
+        threshold=threshold,
+        eos_early_stop=eos_early_stop,
     )
     out = dllm_edit.generate(
-        model, prompt, max_new_tokens=gen_length, block_length=block_length, steps=steps, threshold=threshold,
-        editing_threshold=None, max_post_steps=0, eos_early_stop=eos_early_stop, **REFERENCE_LIKE,
+        model,
+        prompt,
+        max_new_tokens=gen_length,
+        block_length=block_length,
+        steps=steps,
+        threshold=threshold,
+        editing_threshold=None,
+        max_post_steps=0,
+        eos_early_stop=eos_early_stop,
+        **REFERENCE_LIKE,
     )
     assert torch.equal(_completion(out, prompt_len, ref), ref)

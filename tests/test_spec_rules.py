@@ -8,14 +8,22 @@ import dllm_edit
 V = 10
 MASK, EOS, PAD = 9, 1, 0
 BASE = dict(
-    adapter="block_causal", use_cache=False, mask_token_id=MASK, eos_token_id=EOS, pad_token_id=PAD,
-    suppress_mask_token=False, max_steps_per_block=None, eos_early_stop=False,
+    adapter="block_causal",
+    use_cache=False,
+    mask_token_id=MASK,
+    eos_token_id=EOS,
+    pad_token_id=PAD,
+    suppress_mask_token=False,
+    max_steps_per_block=None,
+    eos_early_stop=False,
 )
 
 
 def run(script, prompt, bl, G, **kw):
     model = ScriptedDenoiser(script, block_length=bl)
-    out = dllm_edit.generate(model, torch.tensor([prompt]), block_length=bl, max_new_tokens=G, **{**BASE, **kw})
+    out = dllm_edit.generate(
+        model, torch.tensor([prompt]), block_length=bl, max_new_tokens=G, **{**BASE, **kw}
+    )
     return out, model.calls
 
 
@@ -29,10 +37,22 @@ def test_strict_threshold_and_fallback_to_top1():
 
 
 def test_num_to_transfer_fallback_takes_k_most_confident():
-    script = [one_hot_table([2, 3, 4, 5], [0.3, 0.8, 0.2, 0.7], V), one_hot_table([2, 3, 4, 5], [0.99] * 4, V)]
+    script = [
+        one_hot_table([2, 3, 4, 5], [0.3, 0.8, 0.2, 0.7], V),
+        one_hot_table([2, 3, 4, 5], [0.99] * 4, V),
+    ]
     model = ScriptedDenoiser(script, block_length=4)
-    dllm_edit.generate(model, torch.tensor([[7] * 4]), block_length=4, max_new_tokens=4, threshold=0.75,
-                       num_to_transfer=2, editing_threshold=None, max_post_steps=0, **{k: v for k, v in BASE.items()})
+    dllm_edit.generate(
+        model,
+        torch.tensor([[7] * 4]),
+        block_length=4,
+        max_new_tokens=4,
+        threshold=0.75,
+        num_to_transfer=2,
+        editing_threshold=None,
+        max_post_steps=0,
+        **{k: v for k, v in BASE.items()},
+    )
     # one position passes 0.75 (< 2 required) -> the two most confident (1 and 3) are taken, then the rest
     assert model.calls == 2
 
@@ -55,8 +75,15 @@ def test_edits_are_bounded_by_max_post_steps():
     fill = one_hot_table([2, 3], [0.9, 0.9], V)
     flip_a = one_hot_table([4, 3], [0.9, 0.9], V)
     flip_b = one_hot_table([2, 3], [0.9, 0.9], V)
-    out, calls = run([fill, flip_a, flip_b, flip_a, flip_b], [7, 7], bl=2, G=2, threshold=0.5,
-                     editing_threshold=0.5, max_post_steps=3)
+    out, calls = run(
+        [fill, flip_a, flip_b, flip_a, flip_b],
+        [7, 7],
+        bl=2,
+        G=2,
+        threshold=0.5,
+        editing_threshold=0.5,
+        max_post_steps=3,
+    )
     assert calls == 1 + 3
     assert out.num_edits.tolist() == [3]
     assert out.sequences[0, 2:].tolist() == [4, 3]
@@ -104,8 +131,16 @@ def test_output_length_is_prompt_plus_gen_and_tail_is_cut_after_first_eos():
 def test_eos_early_stop_stops_after_the_block():
     s = one_hot_table([2, EOS], [0.9] * 2, V)
     model = ScriptedDenoiser([s], block_length=2)
-    out = dllm_edit.generate(model, torch.tensor([[7, 7]]), block_length=2, max_new_tokens=8, threshold=0.5,
-                             editing_threshold=None, max_post_steps=0, **{**BASE, "eos_early_stop": True})
+    out = dllm_edit.generate(
+        model,
+        torch.tensor([[7, 7]]),
+        block_length=2,
+        max_new_tokens=8,
+        threshold=0.5,
+        editing_threshold=None,
+        max_post_steps=0,
+        **{**BASE, "eos_early_stop": True},
+    )
     assert model.calls == 1  # later blocks never run
     assert out.sequences[0].tolist() == [7, 7, 2, EOS] + [PAD] * 6
 
@@ -114,12 +149,27 @@ def test_mask_guard_never_proposes_mask_and_cap_bounds_forwards():
     # the script proposes MASK everywhere with high confidence
     s = one_hot_table([MASK, MASK], [0.99, 0.99], V)
     guarded = ScriptedDenoiser([s], block_length=2)
-    out = dllm_edit.generate(guarded, torch.tensor([[7, 7]]), block_length=2, max_new_tokens=2, threshold=0.5,
-                             editing_threshold=0.5, max_post_steps=1,
-                             **{**BASE, "suppress_mask_token": True, "max_steps_per_block": "auto"})
+    out = dllm_edit.generate(
+        guarded,
+        torch.tensor([[7, 7]]),
+        block_length=2,
+        max_new_tokens=2,
+        threshold=0.5,
+        editing_threshold=0.5,
+        max_post_steps=1,
+        **{**BASE, "suppress_mask_token": True, "max_steps_per_block": "auto"},
+    )
     assert MASK not in out.sequences[0].tolist()
     # without the guard the reference would loop; the hard cap stops it
     unguarded = ScriptedDenoiser([s], block_length=2)
-    out = dllm_edit.generate(unguarded, torch.tensor([[7, 7]]), block_length=2, max_new_tokens=2, threshold=0.5,
-                             editing_threshold=0.5, max_post_steps=1, **{**BASE, "max_steps_per_block": 7})
+    out = dllm_edit.generate(
+        unguarded,
+        torch.tensor([[7, 7]]),
+        block_length=2,
+        max_new_tokens=2,
+        threshold=0.5,
+        editing_threshold=0.5,
+        max_post_steps=1,
+        **{**BASE, "max_steps_per_block": 7},
+    )
     assert unguarded.calls == 7

@@ -53,7 +53,11 @@ class _BidirectionalSession:
             slots = torch.arange(self.layout.canvas_length, device=device)  # [T]
             sees_all = torch.full_like(slots, self.layout.num_blocks)  # [T]
             allowed = allowed_matrix(
-                slots, sees_all, slots, torch.zeros_like(slots, dtype=torch.bool), self.layout.key_valid,
+                slots,
+                sees_all,
+                slots,
+                torch.zeros_like(slots, dtype=torch.bool),
+                self.layout.key_valid,
                 self.layout.block_length,
             )  # [B, T, T]
             self._mask = backend_mask(allowed, self.attn, self.dtype)  # [B, 1, T, T]

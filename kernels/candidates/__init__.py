@@ -11,7 +11,12 @@ from .reference import candidates_reference, filter_top_k, filter_top_p
 def candidates(logits, temperature=0.0, top_k=None, top_p=None, generator=None, suppress_ids=()):
     """Dispatch to the best available implementation; see :func:`candidates_reference`."""
     return candidates_reference(
-        logits, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator, suppress_ids=suppress_ids
+        logits,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        generator=generator,
+        suppress_ids=suppress_ids,
     )
 
 

@@ -98,7 +98,9 @@ def candidates_reference(
     rows = max(1, _CHUNK_BYTES // (4 * vocab * (2 if temperature > 0 else 1)))
     tokens, probs = [], []
     for start in range(0, flat.shape[0], rows):
-        t, p = _candidates_chunk(flat[start : start + rows], temperature, top_k, top_p, generator, suppress_ids)
+        t, p = _candidates_chunk(
+            flat[start : start + rows], temperature, top_k, top_p, generator, suppress_ids
+        )
         tokens.append(t)
         probs.append(p)
     token = torch.cat(tokens).reshape(lead)
