@@ -76,13 +76,16 @@ def _apply_processors(logits: torch.Tensor, canvas: torch.Tensor, end: int, proc
     return scores.reshape(batch, span, vocab)
 
 
-def _check_finite(logits: torch.Tensor, active: torch.Tensor, block: int, step: int) -> None:
-    bad = (~torch.isfinite(logits)).flatten(1).any(-1) & active  # [B]
+def _check_finite(probs: torch.Tensor, active: torch.Tensor, block: int, step: int) -> None:
+    """Raise if a candidate probability is NaN/inf: a NaN or +inf logit poisons the row's
+    log-sum-exp, so this catches bad model output without another pass over `[B, S, V]`."""
+    bad = (~torch.isfinite(probs)).any(-1) & active  # [B]
     if bool(bad.any()):
         rows = bad.nonzero().flatten().tolist()
         raise ValueError(
-            f"The model returned NaN/inf logits at block {block}, step {step} (rows {rows}). Check the model "
-            "dtype (fp16 overflow: try bfloat16/float32), the weights, and the attention backend."
+            f"NaN/inf logits at block {block}, step {step} (rows {rows}): the model returned NaN/inf "
+            "(check the dtype, e.g. fp16 overflow: try bfloat16/float32, the weights and the attention "
+            "backend), or a logits processor removed every token of a position."
         )
 
 
@@ -223,7 +226,6 @@ def generate(
                 break
 
             logits = session.logits(canvas, block, w)  # [B, S, V]
-            _check_finite(logits, active, block, step_number)
             if stutter is not None:
                 left = (
                     canvas[:, span.start - 1] if span.start > 0 else torch.full_like(old[:, 0], tokens.mask)
@@ -239,6 +241,7 @@ def generate(
                 generator=generator,
                 suppress_ids=suppress,
             )  # [B, S], [B, S]
+            _check_finite(cand_probs, active, block, step_number)
 
             ctx = StepContext(
                 tokens=old,

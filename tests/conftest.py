@@ -5,7 +5,7 @@ import torch
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
-    "ci", max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
+    "ci", max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
 )
 settings.register_profile(
     "dev", max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow]
