@@ -3,8 +3,7 @@
 Data flow per step (see docs/concepts/decoding.md):
 
     logits  = session.logits(canvas, block, window)     # adapter; cache holds finished blocks
-    logits  = stutter guard, logits processors
-    cand    = candidates(logits)                        # token + probability, no [B,S,V] softmax kept
+    cand    = propose(logits)                           # stutter guard, processors, candidate kernel
     results = [strategy.step(ctx) for strategy]         # pure; union of Γ and Δ
     canvas  = write(results)                            # only active rows
     block-end rule per row (post steps, cap), EOS stop per row after each block
@@ -24,11 +23,11 @@ import torch
 from dllm_edit.adapters import ModelAdapter, resolve_adapter
 from dllm_edit.config import EditGenerationConfig
 from dllm_edit.inputs import check_input_ids, check_streamer
-from dllm_edit.kernels import candidates
 from dllm_edit.layout import CanvasLayout, build_canvas
 from dllm_edit.output import EditGenerationOutput, StepRecord
+from dllm_edit.proposer import Proposer
 from dllm_edit.special_tokens import SpecialTokens, resolve_special_tokens
-from dllm_edit.strategies import AdjacentRepeatPenalty, StepContext, StepResult, Strategy
+from dllm_edit.strategies import StepContext, StepResult, Strategy
 
 
 def resolve_config(
@@ -68,14 +67,6 @@ def _combine(
     return commit, edit & ~commit, new
 
 
-def _apply_processors(logits: torch.Tensor, canvas: torch.Tensor, end: int, processors: Any) -> torch.Tensor:
-    """Run transformers logits processors on `[B*S, V]` scores; `input_ids` is the visible canvas."""
-    batch, span, vocab = logits.shape
-    ids = canvas[:, :end].repeat_interleave(span, dim=0)  # [B*S, end]
-    scores = processors(ids, logits.reshape(batch * span, vocab))  # [B*S, V]
-    return scores.reshape(batch, span, vocab)
-
-
 def _check_finite(probs: torch.Tensor, active: torch.Tensor, block: int, step: int) -> None:
     """Raise if a candidate probability is NaN/inf: a NaN or +inf logit poisons the row's
     log-sum-exp, so this catches bad model output without another pass over `[B, S, V]`."""
@@ -89,25 +80,25 @@ def _check_finite(probs: torch.Tensor, active: torch.Tensor, block: int, step: i
         )
 
 
-def _eos_done(canvas: torch.Tensor, layout: CanvasLayout, end: int, tokens: SpecialTokens) -> torch.Tensor:
+def _eos_done(canvas: torch.Tensor, layout: CanvasLayout, end: int, special: SpecialTokens) -> torch.Tensor:
     """BoolTensor `[B]`: the completion up to slot `end` has no mask left and contains an EOS."""
     region = canvas[:, :end]  # [B, end]
     gen = layout.generated[:, :end]  # [B, end]
-    no_mask = ~((region == tokens.mask) & gen).any(-1)  # [B]
-    eos = torch.tensor(tokens.eos, device=canvas.device)  # [E]
+    no_mask = ~((region == special.mask) & gen).any(-1)  # [B]
+    eos = torch.tensor(special.eos, device=canvas.device)  # [E]
     has_eos = (torch.isin(region, eos) & gen).any(-1)  # [B]
     return no_mask & has_eos
 
 
 def _finalize(
-    canvas: torch.Tensor, input_ids: torch.Tensor, layout: CanvasLayout, tokens: SpecialTokens
+    canvas: torch.Tensor, input_ids: torch.Tensor, layout: CanvasLayout, special: SpecialTokens
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sequences `[B, W + G]` (cut after the first EOS, padded) and completion lengths `[B]`."""
     completion = canvas.gather(1, layout.output_index)  # [B, G]
-    if tokens.eos:
-        is_eos = torch.isin(completion, torch.tensor(tokens.eos, device=canvas.device))  # [B, G]
+    if special.eos:
+        is_eos = torch.isin(completion, torch.tensor(special.eos, device=canvas.device))  # [B, G]
         after_first = (is_eos.long().cumsum(-1) - is_eos.long()) > 0  # [B, G] strictly after the first EOS
-        completion = completion.masked_fill(after_first, tokens.pad)
+        completion = completion.masked_fill(after_first, special.pad)
         lengths = (~after_first).sum(-1)  # [B]
     else:
         lengths = torch.full((canvas.shape[0],), completion.shape[1], device=canvas.device)
@@ -178,13 +169,13 @@ def generate(
     config = resolve_config(model, generation_config, overrides)
     input_ids, attention_mask = check_input_ids(input_ids, attention_mask)
     check_streamer(streamer, input_ids.shape[0])
-    tokens = resolve_special_tokens(model, config)
+    special = resolve_special_tokens(model, config)
     adapter_obj = resolve_adapter(model, adapter)
     strategies = config.build_strategies()
     use_cache = adapter_obj.default_use_cache if config.use_cache is None else bool(config.use_cache)
     _check_capabilities(adapter_obj, strategies, use_cache)
     layout, canvas = build_canvas(
-        input_ids, attention_mask, config.block_length, config.max_new_tokens, tokens.mask, tokens.pad
+        input_ids, attention_mask, config.block_length, config.max_new_tokens, special.mask, special.pad
     )
     adapter_obj.check_positions(model, layout)
     if streamer is not None:
@@ -196,8 +187,7 @@ def generate(
     device = canvas.device
     window = max(s.needs_window for s in strategies)
     cap = config.steps_cap()
-    suppress = (tokens.mask,) if config.suppress_mask_token else ()
-    stutter = AdjacentRepeatPenalty(config.repeat_penalty) if config.repeat_penalty > 0 else None
+    propose = Proposer(config, special, logits_processor, generator)
     num_forwards = torch.zeros(batch, dtype=torch.long, device=device)  # [B]
     num_edits = torch.zeros(batch, dtype=torch.long, device=device)  # [B]
     finished = torch.zeros(batch, dtype=torch.bool, device=device)  # [B] stopped at EOS
@@ -216,7 +206,7 @@ def generate(
         step_number = 0
         while True:
             old = canvas[:, span].clone()  # [B, S] tokens at the top of the step
-            masked = (old == tokens.mask) & in_block  # [B, S]
+            masked = (old == special.mask) & in_block  # [B, S]
             mask_free = ~masked.any(-1)  # [B]
             post_steps = post_steps + (mask_free & active)
             active = active & (post_steps <= config.max_post_steps)
@@ -226,21 +216,7 @@ def generate(
                 break
 
             logits = session.logits(canvas, block, w)  # [B, S, V]
-            if stutter is not None:
-                left = (
-                    canvas[:, span.start - 1] if span.start > 0 else torch.full_like(old[:, 0], tokens.mask)
-                )
-                logits = stutter(logits, old, left, tokens.mask)  # [B, S, V]
-            if logits_processor is not None:
-                logits = _apply_processors(logits, canvas, span.stop, logits_processor)
-            cand_tokens, cand_probs = candidates(
-                logits,
-                temperature=float(config.temperature or 0.0),
-                top_k=config.top_k,
-                top_p=config.top_p,
-                generator=generator,
-                suppress_ids=suppress,
-            )  # [B, S], [B, S]
+            cand_tokens, cand_probs = propose(logits, canvas, span)  # [B, S], [B, S]
             _check_finite(cand_probs, active, block, step_number)
 
             ctx = StepContext(
@@ -285,19 +261,19 @@ def generate(
             active = active & ~(mask_free & ~edited_any)
             step_number += 1
 
-        if config.eos_early_stop and tokens.eos:
+        if config.eos_early_stop and special.eos:
             finished = finished | (
-                _eos_done(canvas, layout, (block + 1) * bl, tokens) & layout.rows_in_block(block)
+                _eos_done(canvas, layout, (block + 1) * bl, special) & layout.rows_in_block(block)
             )
         if streamer is not None:
             final_end = (block + 1 - window) * bl if block + 1 < layout.num_blocks else (block + 1) * bl
-            streamed = _stream(streamer, canvas, layout, tokens, streamed, final_end)
+            streamed = _stream(streamer, canvas, layout, special, streamed, final_end)
         if bool((finished | ~layout.rows_in_block(block + 1)).all()):
             break
 
-    sequences, lengths = _finalize(canvas, input_ids, layout, tokens)
+    sequences, lengths = _finalize(canvas, input_ids, layout, special)
     if streamer is not None:
-        _stream(streamer, canvas, layout, tokens, streamed, layout.canvas_length)
+        _stream(streamer, canvas, layout, special, streamed, layout.canvas_length)
         streamer.end()
     if not return_dict_in_generate:
         return sequences
@@ -312,7 +288,7 @@ def generate(
 
 
 def _stream(
-    streamer: Any, canvas: torch.Tensor, layout: CanvasLayout, tokens: SpecialTokens, done: int, end: int
+    streamer: Any, canvas: torch.Tensor, layout: CanvasLayout, special: SpecialTokens, done: int, end: int
 ) -> int:
     """Give the streamer the completion tokens (batch size 1) that are final up to canvas slot `end`."""
     start = int(layout.output_index[0, 0])
@@ -320,9 +296,9 @@ def _stream(
     if upto <= done:
         return done
     chunk = canvas[0, start + done : start + upto]  # [n]
-    if tokens.eos:
+    if special.eos:
         previous = canvas[0, start : start + done]
-        eos = torch.tensor(tokens.eos, device=canvas.device)
+        eos = torch.tensor(special.eos, device=canvas.device)
         if bool(torch.isin(previous, eos).any()):
             return upto
         hits = torch.isin(chunk, eos).nonzero()
