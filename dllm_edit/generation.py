@@ -201,6 +201,8 @@ def generate(
         in_block = torch.arange((w + 1) * bl, device=device) >= w * bl  # [S]
         generated = layout.generated[:, span]  # [B, S]
         active = layout.rows_in_block(block) & ~finished  # [B]
+        rows = active.nonzero().flatten()  # [R] rows that still decode: the others leave the forward batch
+        session.select_rows(rows)
         post_steps = torch.zeros(batch, dtype=torch.long, device=device)  # [B]
         steps = torch.zeros(batch, dtype=torch.long, device=device)  # [B]
         step_number = 0
@@ -215,8 +217,10 @@ def generate(
             if not bool(active.any()):
                 break
 
-            logits = session.logits(canvas, block, w)  # [B, S, V]
-            cand_tokens, cand_probs = propose(logits, canvas, span)  # [B, S], [B, S]
+            logits = session.logits(canvas, block, w)  # [R, S, V]
+            row_tokens, row_probs = propose(logits, canvas[rows], span)  # [R, S], [R, S]
+            cand_tokens = old.index_copy(0, rows, row_tokens)  # [B, S] frozen rows keep their tokens
+            cand_probs = torch.zeros(old.shape, device=device).index_copy(0, rows, row_probs)  # [B, S]
             _check_finite(cand_probs, active, block, step_number)
 
             ctx = StepContext(

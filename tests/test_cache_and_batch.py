@@ -82,3 +82,27 @@ def test_sampling_is_reproducible_with_generator(llama_eager):
         llama_eager, ids, generation_config=cfg, generator=torch.Generator().manual_seed(3)
     )
     assert torch.equal(a.sequences, b.sequences)
+
+
+@pytest.mark.parametrize("use_cache", [False, True])
+def test_rows_without_work_leave_the_forward_batch(llama_eager, use_cache):
+    # P=4 needs one block of 4, P=3 needs two (its prompt tail shares the first): the last global
+    # block runs on one row only
+    sizes = []
+    hook = llama_eager.model.embed_tokens.register_forward_pre_hook(
+        lambda m, args: sizes.append(args[0].shape[0])
+    )
+    try:
+        ids, mask = left_pad([[5, 6, 7, 8], [9, 10, 11]])
+        cfg = dllm_edit.EditGenerationConfig.from_mode("quality", block_length=4, max_new_tokens=4, **IDS)
+        out = dllm_edit.generate(
+            llama_eager, ids, attention_mask=mask, generation_config=cfg, use_cache=use_cache
+        )
+    finally:
+        hook.remove()
+    assert sizes[0] == 2 and sizes[-1] == 1
+    for i in range(2):
+        alone = dllm_edit.generate(
+            llama_eager, ids[i : i + 1, mask[i].bool()], generation_config=cfg, use_cache=use_cache
+        )
+        assert torch.equal(out.sequences[i, 4:], alone.sequences[0, int(mask[i].sum()) :])

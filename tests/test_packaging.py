@@ -26,6 +26,11 @@ def test_every_source_package_is_listed_in_pyproject():
 
 
 def test_subpackages_import_under_dllm_edit():
-    for name in ("dllm_edit.strategies", "dllm_edit.kernels", "dllm_edit.kernels.candidates", "dllm_edit.trainers"):
+    for name in (
+        "dllm_edit.strategies",
+        "dllm_edit.kernels",
+        "dllm_edit.kernels.candidates",
+        "dllm_edit.trainers",
+    ):
         module = importlib.import_module(name)
         assert module.__name__ == name

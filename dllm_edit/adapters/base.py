@@ -14,7 +14,12 @@ class ForwardSession(Protocol):
     """Per-`generate` state of an adapter (its KV cache, if any)."""
 
     def logits(self, canvas: torch.Tensor, block: int, window: int) -> torch.Tensor:
-        """Logits `[B, (window + 1) * bl, V]` for the window blocks followed by the active `block`."""
+        """Logits `[R, (window + 1) * bl, V]` of the session's rows, for the window blocks followed by
+        the active `block`."""
+
+    def select_rows(self, rows: torch.Tensor) -> None:
+        """Restrict later forwards (and the cache) to `rows`, a subset of the current rows. Rows that
+        finished decoding leave the batch, so they cost no compute."""
 
     def invalidate_from(self, block: int) -> None:
         """Forget cached keys/values of `block` and later (they were edited)."""

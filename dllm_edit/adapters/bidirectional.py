@@ -44,6 +44,10 @@ class _BidirectionalSession:
         self.attn = attn_implementation(model)
         self.dtype = model_dtype(model)
         self._mask: torch.Tensor | None = None
+        self.rows = torch.arange(layout.offsets.shape[0], device=layout.offsets.device)  # [R]
+
+    def select_rows(self, rows: torch.Tensor) -> None:
+        self.rows = rows
 
     def invalidate_from(self, block: int) -> None:
         return None
@@ -65,10 +69,14 @@ class _BidirectionalSession:
 
     def logits(self, canvas: torch.Tensor, block: int, window: int) -> torch.Tensor:
         bl = self.layout.block_length
-        kwargs: dict[str, Any] = {"input_ids": canvas, "attention_mask": self._attention_mask(canvas.device)}
+        rows = self.rows  # [R]
+        kwargs: dict[str, Any] = {
+            "input_ids": canvas[rows],  # [R, T]
+            "attention_mask": self._attention_mask(canvas.device)[rows],  # [R, 1, T, T]
+        }
         if self.pass_positions:
-            kwargs["position_ids"] = self.layout.position_ids
+            kwargs["position_ids"] = self.layout.position_ids[rows]  # [R, T]
         if self.pass_use_cache:
             kwargs["use_cache"] = False
-        logits = self.model(**kwargs).logits  # [B, T, V]
-        return logits[:, (block - window) * bl : (block + 1) * bl]  # [B, (window + 1) * bl, V]
+        logits = self.model(**kwargs).logits  # [R, T, V]
+        return logits[:, (block - window) * bl : (block + 1) * bl]  # [R, (window + 1) * bl, V]

@@ -53,6 +53,17 @@ class _BlockCausalSession:
         self.cache_kwarg = "cache" if "cache" in accepted else "past_key_values"
         self.attn = attn_implementation(model)
         self.dtype = model_dtype(model)
+        self.rows = torch.arange(
+            layout.offsets.shape[0], device=layout.offsets.device
+        )  # [R] rows still decoding
+
+    def select_rows(self, rows: torch.Tensor) -> None:
+        """Keep only `rows` (a subset of the current rows, ascending) in later forwards and the cache."""
+        if rows.numel() == self.rows.numel():
+            return
+        if self.cache is not None and self._cached() > 0:
+            self.cache.batch_select_indices(torch.searchsorted(self.rows, rows))
+        self.rows = rows
 
     def _cached(self) -> int:
         return 0 if self.cache is None else int(self.cache.get_seq_length())
@@ -67,20 +78,23 @@ class _BlockCausalSession:
         block_start, block_end = block * bl, (block + 1) * bl
         start = self._cached()
         main = torch.arange(start, block_end, device=device)  # [M] slots run block-causally
-        review = torch.arange(block_start - window * bl, block_start, device=device)  # [R] review copy
+        review = torch.arange(block_start - window * bl, block_start, device=device)  # [W*bl] review copy
         q_slot = torch.cat([main, review])  # [Q]
         q_sees = torch.cat([main // bl, torch.full_like(review, block)])  # [Q]
         k_slot = torch.cat([torch.arange(start, device=device), q_slot])  # [K] cache + inputs
         k_review = torch.zeros_like(k_slot, dtype=torch.bool)
         k_review[k_slot.numel() - review.numel() :] = True
-        allowed = allowed_matrix(q_slot, q_sees, k_slot, k_review, self.layout.key_valid, bl)  # [B, Q, K]
+        rows = self.rows  # [R]
+        allowed = allowed_matrix(
+            q_slot, q_sees, k_slot, k_review, self.layout.key_valid[rows], bl
+        )  # [R, Q, K]
 
         kwargs: dict[str, Any] = {
-            "input_ids": canvas[:, q_slot],  # [B, Q]
-            "attention_mask": backend_mask(allowed, self.attn, self.dtype),  # [B, 1, Q, K]
+            "input_ids": canvas[rows][:, q_slot],  # [R, Q]
+            "attention_mask": backend_mask(allowed, self.attn, self.dtype),  # [R, 1, Q, K]
         }
         if self.pass_positions:
-            kwargs["position_ids"] = self.layout.position_ids[:, q_slot]  # [B, Q]
+            kwargs["position_ids"] = self.layout.position_ids[rows][:, q_slot]  # [R, Q]
         if self.cache is not None:
             kwargs[self.cache_kwarg] = self.cache
             kwargs["use_cache"] = True
@@ -89,8 +103,8 @@ class _BlockCausalSession:
         keep = bl + review.numel()
         if self.pass_logits_to_keep:
             kwargs["logits_to_keep"] = keep
-        logits = self.model(**kwargs).logits[:, -keep:]  # [B, bl + R, V]
+        logits = self.model(**kwargs).logits[:, -keep:]  # [R, bl + W*bl, V]
         if self.cache is not None:
             crop_to(self.cache, block_start)
         # reorder to span order: window (from the review copy) then the active block
-        return torch.cat([logits[:, bl:], logits[:, :bl]], dim=1)  # [B, R + bl, V]
+        return torch.cat([logits[:, bl:], logits[:, :bl]], dim=1)  # [R, W*bl + bl, V]
