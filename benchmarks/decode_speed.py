@@ -1,9 +1,11 @@
 """Decoding speed of the engine on a tiny random block-causal model (CPU).
 
 Rows: (a) cache off, batch 1 (the reference decoder's cost model: the whole window re-run at every
-step), (b) cache on, batch 1, (c) cache on, batch B. Each row reports the median wall time over
-`--repeats` runs, forwards, and tokens/s (completion tokens of the whole batch per second). The
-speed-ups are ratios measured in the same run. Outputs of (a) and (b) are compared token for token.
+step), (b) cache on, batch 1, (c) cache on, batch B, (d) cache on, batch 1, multi-block editing with
+a window of one block (the cost of MBE; its quality needs a trained model, see the shipped model).
+Each row reports the median wall time over `--repeats` runs, forwards, and tokens/s (completion
+tokens of the whole batch per second). The speed-ups are ratios measured in the same run. Outputs
+of (a) and (b) are compared token for token.
 
     python benchmarks/decode_speed.py                                   # tiny: hidden 64, 2 layers
     python benchmarks/decode_speed.py --hidden 256 --layers 4 --vocab 4096  # small
@@ -83,12 +85,17 @@ def main() -> None:
     t_b, out_b = timed(
         lambda: dllm_edit.generate(model, prompts, generation_config=cfg, use_cache=True), args.repeats
     )
+    mbe_cfg = cfg.replace(multi_block_edit=True, multi_block_window=1)
+    t_mbe, out_mbe = timed(
+        lambda: dllm_edit.generate(model, one, generation_config=mbe_cfg, use_cache=True), args.repeats
+    )
     identical = torch.equal(out_off.sequences, out_on.sequences)
     batch_row0 = torch.equal(out_b.sequences[0], out_on.sequences[0])
     for name, t, out, n in (
         ("(a) cache off, batch 1", t_off, out_off, 1),
         ("(b) cache on,  batch 1", t_on, out_on, 1),
         (f"(c) cache on,  batch {args.batch}", t_b, out_b, args.batch),
+        ("(d) cache on, MBE w=1", t_mbe, out_mbe, 1),
     ):
         rows.append((name, t, int(out.num_forwards.max()), n * args.new_tokens / t))
 
