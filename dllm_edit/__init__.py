@@ -1,6 +1,6 @@
 """dllm_edit: editable decoding for diffusion language models on the Hugging Face stack.
 
-Example:
+Examples:
     >>> import dllm_edit
     >>> cfg = dllm_edit.EditGenerationConfig.from_mode("quality", max_new_tokens=64)
     >>> cfg.editing_threshold

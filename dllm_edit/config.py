@@ -19,7 +19,6 @@ from dllm_edit.strategies import (
     strategy_from_dict,
 )
 
-#: LLaDA2.1 presets (model card and SGLang JointThreshold defaults; SPEC-decoding.md "Presets").
 MODES: dict[str, dict[str, Any]] = {
     "speedy": {
         "threshold": 0.5,
@@ -36,6 +35,10 @@ MODES: dict[str, dict[str, Any]] = {
         "temperature": 0.0,
     },
 }
+"""LLaDA2.1 presets, by name (model card and SGLang JointThreshold defaults).
+
+`speedy` is S Mode, `quality` is Q Mode; see `EditGenerationConfig.from_mode`.
+"""
 
 # Our fields and their defaults (the defaults are the Quality preset).
 _DEFAULTS: dict[str, Any] = {
@@ -82,7 +85,9 @@ class EditGenerationConfig(GenerationConfig):
         eos_early_stop: stop a row once a finished block leaves its completion mask-free with an EOS.
         temperature: 0 = greedy; > 0 samples (with `top_k` / `top_p` filtering).
         top_k: top-k filter of the proposal distribution (None: off).
-        top_p: nucleus filter of the proposal distribution (None: off).
+        top_p: nucleus filter of the proposal distribution (None: off). Both filters also apply at
+            temperature 0: the argmax is unchanged but its probability (compared with the
+            thresholds) is then taken under the filtered, renormalised distribution.
         use_cache: KV cache of finished blocks (None: the adapter's default; exact for block-causal).
         multi_block_edit: enable Multi-Block Editing (off by default; see `MultiBlockEdit`).
         multi_block_window: finished blocks editable by MBE.
@@ -96,7 +101,7 @@ class EditGenerationConfig(GenerationConfig):
         repeat_penalty: adjacent-repeat (stutter) penalty λ; 0 = off, ~3 suggested for S mode.
         output_trace: record every step (`EditGenerationOutput.trace`); costs host copies.
 
-    Example:
+    Examples:
         >>> from dllm_edit import EditGenerationConfig
         >>> cfg = EditGenerationConfig.from_mode("speedy", max_new_tokens=64)
         >>> cfg.threshold, cfg.editing_threshold, cfg.block_length
@@ -166,6 +171,7 @@ class EditGenerationConfig(GenerationConfig):
 
     @classmethod
     def valid_fields(cls) -> set[str]:
+        """Names accepted by `replace()` and `generate(**overrides)`: ours plus GenerationConfig's."""
         return set(_DEFAULTS) | set(GenerationConfig().__dict__) - {"transformers_version"}
 
     # ------------------------------------------------------------------ validation
@@ -258,6 +264,7 @@ class EditGenerationConfig(GenerationConfig):
 
     # ------------------------------------------------------------------ serialisation
     def to_dict(self) -> dict[str, Any]:
+        """Serialise to a JSON-ready dict; schedules and strategies become dicts with their type name."""
         schedules = {k: getattr(self, k) for k in ("threshold", "editing_threshold", "multi_block_threshold")}
         strategies = self.strategies
         try:

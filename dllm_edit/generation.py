@@ -137,24 +137,24 @@ def generate(
             token `i`).
         input_ids: LongTensor `[B, W]`, left-padded prompts.
         attention_mask: `[B, W]` with 0 on left padding (None: no padding).
-        generation_config: an :class:`EditGenerationConfig`; default: the model's generation config
+        generation_config: an `EditGenerationConfig`; default: the model's generation config
             if it is one, else the Quality preset.
-        adapter: `"block_causal"`, `"bidirectional"`, a :class:`ModelAdapter`, or None to detect.
+        adapter: `"block_causal"`, `"bidirectional"`, a `ModelAdapter`, or None to detect.
         streamer: a transformers streamer (batch size 1): `put()` receives the prompt, then each block's
             final tokens (up to the first EOS); `end()` is called at the end.
         logits_processor: a transformers `LogitsProcessorList` (or callable) applied to `[B*S, V]`
             scores, with the visible canvas as `input_ids`.
         generator: torch.Generator for sampling (temperature > 0).
-        return_dict_in_generate: return an :class:`EditGenerationOutput` (True) or just `sequences`.
+        return_dict_in_generate: return an `EditGenerationOutput` (True) or just `sequences`.
         **overrides: fields of the config, applied through `generation_config.replace(...)`.
 
     Returns:
-        :class:`EditGenerationOutput`, or the `sequences` LongTensor `[B, W + G]`.
+        `EditGenerationOutput`, or the `sequences` LongTensor `[B, W + G]`.
 
     Raises:
         ValueError / TypeError: bad input or configuration, before any forward; NaN/inf logits.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from transformers import LlamaConfig, LlamaForCausalLM
         >>> import dllm_edit

@@ -37,7 +37,7 @@ class StepRecord:
 
 @dataclass
 class EditGenerationOutput(ModelOutput):
-    """Output of :func:`dllm_edit.generate` with `return_dict_in_generate=True`.
+    """Output of `dllm_edit.generate` with `return_dict_in_generate=True`.
 
     Attributes:
         sequences: LongTensor `[B, W + G]`: the input (left padding kept) followed by `G` generated
@@ -47,7 +47,7 @@ class EditGenerationOutput(ModelOutput):
             the paper's throughput measure (output tokens per model call).
         num_forwards: LongTensor `[B]`: model forwards spent on the row (finished rows stop counting).
         num_edits: LongTensor `[B]`: T2T (and multi-block) rewrites made in the row.
-        trace: list of :class:`StepRecord`, one per step, when `output_trace=True`.
+        trace: list of `StepRecord`, one per step, when `output_trace=True`.
     """
 
     sequences: torch.Tensor | None = None

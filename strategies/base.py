@@ -2,7 +2,7 @@
 
 A decoding step covers a *span* of positions: the active block, preceded (with multi-block
 editing) by a window of recently finished blocks. Strategies receive a read-only
-:class:`StepContext` and return a frozen :class:`StepResult`; the decoding loop unions the
+`StepContext` and return a frozen `StepResult`; the decoding loop unions the
 results of all strategies and writes the candidate tokens at once. Strategies never mutate the
 context and keep no per-block progress of their own (that lives in the loop's state).
 """
@@ -61,6 +61,7 @@ class StepResult:
 
     @staticmethod
     def empty(ctx: StepContext) -> StepResult:
+        """A result that writes nothing (for strategies that skip a step)."""
         none = torch.zeros_like(ctx.masked)  # [B, S]
         return StepResult(commit=none, edit=none, tokens=ctx.tokens)
 
@@ -69,7 +70,7 @@ class Strategy:
     """Base class of decoding strategies.
 
     Subclasses are frozen dataclasses whose fields are validated in `__post_init__`, with a pure
-    :meth:`step`. Class attributes declare what they need, checked before the loop starts:
+    `step`. Class attributes declare what they need, checked before the loop starts:
 
     Attributes:
         name: registry name (defaults to the class name).

@@ -38,9 +38,9 @@ class TokenEdit(Strategy):
     (`editing_threshold=None` in the config).
 
     Args:
-        threshold: τ_edit, float in [0, 1] or a :class:`Schedule`.
+        threshold: τ_edit, float in [0, 1] or a `Schedule`.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from dllm_edit.strategies import StepContext, TokenEdit
         >>> ctx = StepContext(

@@ -36,9 +36,9 @@ class MultiBlockEdit(Strategy):
 
     Args:
         window: number of finished blocks before the active one that may be edited (>= 1).
-        threshold: τ for window edits (float in [0, 1] or :class:`Schedule`).
+        threshold: τ for window edits (float in [0, 1] or `Schedule`).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from dllm_edit.strategies import MultiBlockEdit, StepContext
         >>> ctx = StepContext(
@@ -56,7 +56,9 @@ class MultiBlockEdit(Strategy):
 
     def __post_init__(self) -> None:
         if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 1:
-            raise ValueError(f"`multi_block_window` must be an int >= 1, got {self.window!r}.")
+            raise ValueError(
+                f"`window` (config: `multi_block_window`) must be an int >= 1, got {self.window!r}."
+            )
         object.__setattr__(self, "threshold", threshold_field("multi_block_threshold", self.threshold))
 
     @property

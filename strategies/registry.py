@@ -1,6 +1,6 @@
 """Registry of strategy classes, with an entry-point group for third-party strategies.
 
-Example:
+Examples:
     >>> from dataclasses import dataclass
     >>> from dllm_edit.strategies import Strategy, register_strategy, get_strategy
     >>> @register_strategy("doc_example_noop")
@@ -28,7 +28,7 @@ _entry_points_loaded = False
 def register_strategy(
     name: str | None = None, *, overwrite: bool = False
 ) -> Callable[[type[Strategy]], type[Strategy]]:
-    """Class decorator registering a :class:`Strategy` subclass under `name` (default: class name).
+    """Class decorator registering a `Strategy` subclass under `name` (default: class name).
 
     Raises:
         TypeError: if the class is not a `Strategy` subclass.
@@ -78,7 +78,7 @@ def available_strategies() -> list[str]:
 
 
 def strategy_from_dict(data: dict[str, Any]) -> Strategy:
-    """Rebuild a strategy from :meth:`Strategy.to_dict` output."""
+    """Rebuild a strategy from `Strategy.to_dict` output."""
     data = dict(data)
     kind = data.pop("type", None)
     if not isinstance(kind, str):

@@ -21,7 +21,7 @@ class AdjacentRepeatPenalty:
     Args:
         penalty_lambda: the amount subtracted (>= 0; 0 disables).
 
-    Example:
+    Examples:
         >>> import torch
         >>> pen = AdjacentRepeatPenalty(3.0)
         >>> logits = torch.zeros(1, 2, 4)

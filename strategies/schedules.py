@@ -1,10 +1,10 @@
 """Threshold schedules: a threshold as a function of the step within a block and of the block index.
 
-A bare float anywhere a threshold is accepted means :class:`Constant`. Schedules are evaluated on
+A bare float anywhere a threshold is accepted means `Constant`. Schedules are evaluated on
 per-row step counters, so rows of a batch that are at different steps get their own thresholds
 without a Python loop.
 
-Example:
+Examples:
     >>> import torch
     >>> from dllm_edit.strategies import Cosine, as_schedule
     >>> sched = Cosine(start=0.9, end=0.5, num_steps=4)
@@ -44,7 +44,7 @@ def _check_axis(axis: str) -> None:
 class Schedule:
     """Base class of threshold schedules.
 
-    Subclasses are frozen dataclasses implementing :meth:`value_at`, which maps a float tensor of
+    Subclasses are frozen dataclasses implementing `value_at`, which maps a float tensor of
     positions along the schedule's axis (`over="step"`: the step within the block, `over="block"`:
     the index of the block among the generated blocks) to thresholds.
     """
@@ -76,7 +76,7 @@ class Schedule:
         return self.value_at(x)
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable description, reloaded by :func:`schedule_from_dict`."""
+        """A JSON-serialisable description, reloaded by `schedule_from_dict`."""
         return {"type": type(self).__name__, **asdict(self)}  # type: ignore[call-overload]
 
 
@@ -84,7 +84,7 @@ class Schedule:
 class Constant(Schedule):
     """The same threshold at every step and block.
 
-    Example:
+    Examples:
         >>> import torch
         >>> Constant(0.5)(torch.tensor([0, 3])).tolist()
         [0.5, 0.5]
@@ -105,7 +105,7 @@ class Constant(Schedule):
 class Linear(Schedule):
     """Linear interpolation from `start` (at 0) to `end` (at `num_steps`), constant afterwards.
 
-    Example:
+    Examples:
         >>> import torch
         >>> [round(v, 3) for v in Linear(0.9, 0.5, num_steps=4)(torch.tensor([0, 2, 9])).tolist()]
         [0.9, 0.7, 0.5]
@@ -132,7 +132,7 @@ class Linear(Schedule):
 class Cosine(Schedule):
     """Cosine interpolation from `start` to `end` over `num_steps`, constant afterwards.
 
-    Example:
+    Examples:
         >>> import torch
         >>> round(Cosine(0.9, 0.5, num_steps=2)(torch.tensor([1])).item(), 3)
         0.7
@@ -162,7 +162,7 @@ class Stepwise(Schedule):
 
     `len(values) == len(boundaries) + 1`; boundaries strictly increasing.
 
-    Example:
+    Examples:
         >>> import torch
         >>> s = Stepwise(values=(0.9, 0.7, 0.5), boundaries=(1, 3), over="block")
         >>> [round(v, 3) for v in s(torch.tensor([0]), block_index=2).tolist()]
@@ -190,12 +190,12 @@ class Stepwise(Schedule):
     def value_at(self, x: torch.Tensor) -> torch.Tensor:
         bounds = torch.tensor(self.boundaries, dtype=torch.float32, device=x.device)  # [K]
         values = torch.tensor(self.values, dtype=torch.float32, device=x.device)  # [K+1]
-        idx = torch.bucketize(x, bounds, right=True)  # [B]
+        idx = torch.bucketize(x.contiguous(), bounds, right=True)  # [B]
         return values[idx]
 
 
 def as_schedule(value: float | Schedule | dict[str, Any], name: str = "threshold") -> Schedule:
-    """Normalise a float, a :class:`Schedule` or its dict form into a :class:`Schedule`.
+    """Normalise a float, a `Schedule` or its dict form into a `Schedule`.
 
     Raises:
         TypeError: if `value` is none of these.
@@ -215,7 +215,7 @@ def as_schedule(value: float | Schedule | dict[str, Any], name: str = "threshold
 
 
 def schedule_from_dict(data: dict[str, Any]) -> Schedule:
-    """Rebuild a schedule from :meth:`Schedule.to_dict` output."""
+    """Rebuild a schedule from `Schedule.to_dict` output."""
     data = dict(data)
     kind = data.pop("type", None)
     if kind not in Schedule.registry:

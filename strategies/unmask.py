@@ -57,11 +57,11 @@ class ThresholdUnmask(Strategy):
     positions are unmasked instead, so every step makes progress.
 
     Args:
-        threshold: τ_mask, a float in [0, 1] or a :class:`Schedule`. With 1.0 nothing passes
+        threshold: τ_mask, a float in [0, 1] or a `Schedule`. With 1.0 nothing passes
             (strict `>`) and the rule reduces to top-`num_to_transfer` per step.
         num_to_transfer: minimum number of positions unmasked per step (>= 1).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from dllm_edit.strategies import ThresholdUnmask, StepContext
         >>> ctx = StepContext(
@@ -99,7 +99,7 @@ class ThresholdUnmask(Strategy):
 def quota_schedule(block_length: int, steps: int) -> list[int]:
     """Spread `block_length` tokens evenly over `steps` steps, earlier steps taking the remainder.
 
-    Example:
+    Examples:
         >>> quota_schedule(10, 4)
         [3, 3, 2, 2]
     """
@@ -120,7 +120,7 @@ class QuotaUnmask(Strategy):
         block_length: the block length the quota is spread over.
         threshold: confidence threshold (float or Schedule).
 
-    Example:
+    Examples:
         >>> QuotaUnmask(steps=4, block_length=8).quota
         (2, 2, 2, 2)
     """

@@ -19,7 +19,7 @@ class BidirectionalAdapter(ModelAdapter):
     (an approximate prefix cache is future work and will be labelled approximate). Multi-block
     editing needs nothing extra: the window's logits already see the active block.
 
-    Example:
+    Examples:
         >>> from dllm_edit.adapters import BidirectionalAdapter
         >>> BidirectionalAdapter().supports_cache
         False

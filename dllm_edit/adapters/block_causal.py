@@ -23,7 +23,7 @@ class BlockCausalAdapter(ModelAdapter):
     the finished blocks afterwards. With multi-block editing, a review copy of the window is appended
     to the input (see `dllm_edit.strategies.MultiBlockEdit`).
 
-    Example:
+    Examples:
         >>> from dllm_edit.adapters import BlockCausalAdapter
         >>> BlockCausalAdapter().supports_cache
         True

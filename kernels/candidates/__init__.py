@@ -1,15 +1,30 @@
 """Candidate selection over the vocabulary: the per-step vocabulary work of decoding.
 
 `candidates(...)` is the dispatcher the decoding loop calls. Today it runs the chunked torch
-reference (`reference.py`) on every device; the fused Triton kernel (issue: Triton kernels) will
-plug in here for CUDA tensors, with `DLLM_EDIT_DISABLE_TRITON=1` forcing the reference.
+reference (`reference.py`) on every device; a fused Triton kernel for CUDA tensors is planned
+(the Triton kernels issue) and will plug in here, behind the same signature.
 """
+
+from __future__ import annotations
+
+import torch
 
 from .reference import candidates_reference, filter_top_k, filter_top_p
 
 
-def candidates(logits, temperature=0.0, top_k=None, top_p=None, generator=None, suppress_ids=()):
-    """Dispatch to the best available implementation; see :func:`candidates_reference`."""
+def candidates(
+    logits: torch.Tensor,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+    suppress_ids: tuple[int, ...] = (),
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Candidate token and its probability for every row of `logits` `[..., V]`.
+
+    Dispatches to the best available implementation; the semantics are those of
+    `candidates_reference`.
+    """
     return candidates_reference(
         logits,
         temperature=temperature,

@@ -86,7 +86,7 @@ def candidates_reference(
         `(token, prob)`: LongTensor `[...]` and FloatTensor `[...]` (float32), `prob` being the
         probability of `token` under the filtered, temperature-scaled softmax.
 
-    Example:
+    Examples:
         >>> import torch
         >>> tok, p = candidates_reference(torch.tensor([[0.0, 2.0, 1.0]]))
         >>> tok.tolist(), round(p.item(), 4)
