@@ -110,6 +110,24 @@ class EditGenerationConfig(GenerationConfig):
         0.6
     """
 
+    # our fields (set in __init__ from _DEFAULTS; declared here for type checkers)
+    block_length: int
+    mask_token_id: int | None
+    threshold: float | Schedule
+    editing_threshold: float | Schedule | None
+    max_post_steps: int
+    num_to_transfer: int
+    steps: int | None
+    eos_early_stop: bool
+    multi_block_edit: bool
+    multi_block_window: int
+    multi_block_threshold: float | Schedule | None
+    strategies: list[Strategy] | None
+    suppress_mask_token: bool
+    max_steps_per_block: int | str | None
+    repeat_penalty: float
+    output_trace: bool
+
     def __init__(self, **kwargs: Any) -> None:
         ours = {key: kwargs.pop(key, default) for key, default in _DEFAULTS.items()}
         kwargs.setdefault("max_new_tokens", 256)
@@ -258,9 +276,10 @@ class EditGenerationConfig(GenerationConfig):
 
     def steps_cap(self) -> int | None:
         """The hard cap on forwards per block (None: uncapped)."""
-        if self.max_steps_per_block == "auto":
+        cap = self.max_steps_per_block
+        if cap == "auto":
             return 2 * self.block_length + self.max_post_steps
-        return self.max_steps_per_block
+        return cap if isinstance(cap, int) else None
 
     # ------------------------------------------------------------------ serialisation
     def to_dict(self) -> dict[str, Any]:
