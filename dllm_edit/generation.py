@@ -128,6 +128,7 @@ def generate(
     logits_processor: Any = None,
     generator: torch.Generator | None = None,
     return_dict_in_generate: bool = True,
+    tokenizer: Any = None,
     **overrides: Any,
 ) -> EditGenerationOutput | torch.Tensor:
     """Decode completions with editable (M2T + T2T, optionally multi-block) diffusion decoding.
@@ -146,6 +147,7 @@ def generate(
             scores, with the visible canvas as `input_ids`.
         generator: torch.Generator for sampling (temperature > 0).
         return_dict_in_generate: return an `EditGenerationOutput` (True) or just `sequences`.
+        tokenizer: optional tokenizer, a source of the mask / EOS / pad ids when neither config has them.
         **overrides: fields of the config, applied through `generation_config.replace(...)`.
 
     Returns:
@@ -169,7 +171,7 @@ def generate(
     config = resolve_config(model, generation_config, overrides)
     input_ids, attention_mask = check_input_ids(input_ids, attention_mask)
     check_streamer(streamer, input_ids.shape[0])
-    special = resolve_special_tokens(model, config)
+    special = resolve_special_tokens(model, config, tokenizer)
     adapter_obj = resolve_adapter(model, adapter)
     strategies = config.build_strategies()
     use_cache = adapter_obj.default_use_cache if config.use_cache is None else bool(config.use_cache)
