@@ -28,37 +28,27 @@ def _first(*values: Any) -> Any:
     return None
 
 
-def resolve_special_tokens(model: Any, config: Any) -> SpecialTokens:
-    """Find the ids: the generation config passed in, then the model's generation config, then its config.
+def resolve_special_tokens(model: Any, config: Any, tokenizer: Any = None) -> SpecialTokens:
+    """Find the ids, trying in order: the generation config passed in, the model's generation config,
+    the tokenizer (if given), the model config.
 
     Raises:
         ValueError: when no mask token id is found anywhere.
     """
-    model_gen = getattr(model, "generation_config", None)
-    model_cfg = getattr(model, "config", None)
-    mask = _first(
-        config.mask_token_id,
-        getattr(model_gen, "mask_token_id", None),
-        getattr(model_cfg, "mask_token_id", None),
-    )
+    sources = (config, getattr(model, "generation_config", None), tokenizer, getattr(model, "config", None))
+
+    def ladder(name: str) -> Any:
+        return _first(*(getattr(source, name, None) for source in sources))
+
+    mask = ladder("mask_token_id")
     if mask is None:
         raise ValueError(
             "No mask token id could be resolved: `mask_token_id` is unset in the generation config, the "
-            "model's generation_config and the model config. Pass mask_token_id=tokenizer.mask_token_id "
-            "(or set model.generation_config.mask_token_id)."
+            "model's generation_config, the tokenizer and the model config. Pass "
+            "mask_token_id=tokenizer.mask_token_id (or set model.generation_config.mask_token_id)."
         )
-    eos = _as_ids(
-        _first(
-            config.eos_token_id,
-            getattr(model_gen, "eos_token_id", None),
-            getattr(model_cfg, "eos_token_id", None),
-        )
-    )
-    pad = _first(
-        config.pad_token_id,
-        getattr(model_gen, "pad_token_id", None),
-        getattr(model_cfg, "pad_token_id", None),
-    )
+    eos = _as_ids(ladder("eos_token_id"))
+    pad = ladder("pad_token_id")
     if pad is None:
         pad = eos[0] if eos else int(mask)
     return SpecialTokens(mask=int(mask), eos=eos, pad=int(pad))
