@@ -17,19 +17,34 @@ from dllm_edit.adapters import (
 )
 from dllm_edit.config import MODES, EditGenerationConfig
 from dllm_edit.generation import generate
-from dllm_edit.output import EditGenerationOutput
+from dllm_edit.hf import (
+    CUSTOM_GENERATE_DIR,
+    EditGenerationMixin,
+    custom_generate,
+    generate_hf,
+    patch_generate,
+)
+from dllm_edit.output import EditGenerationOutput, StepRecord
 from dllm_edit.strategies import register_strategy
+from dllm_edit.streaming import TerminalEditStreamer
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "CUSTOM_GENERATE_DIR",
     "MODES",
     "BidirectionalAdapter",
     "BlockCausalAdapter",
     "EditGenerationConfig",
+    "EditGenerationMixin",
     "EditGenerationOutput",
     "ModelAdapter",
+    "StepRecord",
+    "TerminalEditStreamer",
+    "custom_generate",
     "generate",
+    "generate_hf",
+    "patch_generate",
     "register_adapter",
     "register_strategy",
     "resolve_adapter",

@@ -28,6 +28,7 @@ from dllm_edit.output import EditGenerationOutput, StepRecord
 from dllm_edit.proposer import Proposer
 from dllm_edit.special_tokens import SpecialTokens, resolve_special_tokens
 from dllm_edit.strategies import StepContext, StepResult, Strategy
+from dllm_edit.streaming import StreamBridge
 
 
 def resolve_config(
@@ -180,20 +181,52 @@ def generate(
         input_ids, attention_mask, config.block_length, config.max_new_tokens, special.mask, special.pad
     )
     adapter_obj.check_positions(model, layout)
-    if streamer is not None:
-        streamer.put(input_ids.cpu())
 
+    stream = StreamBridge(streamer, layout, special)
+    try:
+        stream.prompt(input_ids)
+        propose = Proposer(config, special, logits_processor, generator)
+        num_forwards, num_edits, trace = _decode(
+            model, adapter_obj, config, strategies, layout, canvas, special, use_cache, stream, propose
+        )
+    finally:
+        stream.close()  # streamers are always ended, also when decoding raises
+
+    sequences, lengths = _finalize(canvas, input_ids, layout, special)
+    if not return_dict_in_generate:
+        return sequences
+    tpf = lengths.to(torch.float32) / num_forwards.clamp_min(1).to(torch.float32)
+    return EditGenerationOutput(
+        sequences=sequences,
+        tokens_per_forward=tpf,
+        num_forwards=num_forwards,
+        num_edits=num_edits,
+        trace=trace,
+    )
+
+
+def _decode(
+    model: Any,
+    adapter_obj: ModelAdapter,
+    config: EditGenerationConfig,
+    strategies: list[Strategy],
+    layout: CanvasLayout,
+    canvas: torch.Tensor,
+    special: SpecialTokens,
+    use_cache: bool,
+    stream: StreamBridge,
+    propose: Proposer,
+) -> tuple[torch.Tensor, torch.Tensor, list[StepRecord] | None]:
+    """The block loop. Writes into `canvas` in place; returns (num_forwards, num_edits, trace)."""
     session = adapter_obj.open(model, layout, use_cache)
     bl = layout.block_length
     batch = canvas.shape[0]
     device = canvas.device
     window = max(s.needs_window for s in strategies)
     cap = config.steps_cap()
-    propose = Proposer(config, special, logits_processor, generator)
     num_forwards = torch.zeros(batch, dtype=torch.long, device=device)  # [B]
     num_edits = torch.zeros(batch, dtype=torch.long, device=device)  # [B]
     finished = torch.zeros(batch, dtype=torch.bool, device=device)  # [B] stopped at EOS
-    streamed = 0  # completion tokens already given to the streamer
     trace: list[StepRecord] | None = [] if config.output_trace else None
 
     for block in range(layout.first_block, layout.num_blocks):
@@ -240,6 +273,7 @@ def generate(
             commit = commit & active[:, None]  # [B, S]
             edit = edit & active[:, None]  # [B, S]
             canvas[:, span] = torch.where(commit | edit, new, old)
+            stream.step(canvas, span, edit)
             if trace is not None:
                 trace.append(
                     StepRecord(
@@ -271,45 +305,9 @@ def generate(
             finished = finished | (
                 _eos_done(canvas, layout, (block + 1) * bl, special) & layout.rows_in_block(block)
             )
-        if streamer is not None:
-            final_end = (block + 1 - window) * bl if block + 1 < layout.num_blocks else (block + 1) * bl
-            streamed = _stream(streamer, canvas, layout, special, streamed, final_end)
+        stream.confirm(canvas, (block + 1 - window) * bl)  # window blocks may still be edited
         if bool((finished | ~layout.rows_in_block(block + 1)).all()):
             break
 
-    sequences, lengths = _finalize(canvas, input_ids, layout, special)
-    if streamer is not None:
-        _stream(streamer, canvas, layout, special, streamed, layout.canvas_length)
-        streamer.end()
-    if not return_dict_in_generate:
-        return sequences
-    tpf = lengths.to(torch.float32) / num_forwards.clamp_min(1).to(torch.float32)
-    return EditGenerationOutput(
-        sequences=sequences,
-        tokens_per_forward=tpf,
-        num_forwards=num_forwards,
-        num_edits=num_edits,
-        trace=trace,
-    )
-
-
-def _stream(
-    streamer: Any, canvas: torch.Tensor, layout: CanvasLayout, special: SpecialTokens, done: int, end: int
-) -> int:
-    """Give the streamer the completion tokens (batch size 1) that are final up to canvas slot `end`."""
-    start = int(layout.output_index[0, 0])
-    upto = min(max(end - start, 0), layout.max_new_tokens)
-    if upto <= done:
-        return done
-    chunk = canvas[0, start + done : start + upto]  # [n]
-    if special.eos:
-        previous = canvas[0, start : start + done]
-        eos = torch.tensor(special.eos, device=canvas.device)
-        if bool(torch.isin(previous, eos).any()):
-            return upto
-        hits = torch.isin(chunk, eos).nonzero()
-        if hits.numel():
-            chunk = chunk[: int(hits[0, 0]) + 1]
-    if chunk.numel():
-        streamer.put(chunk.cpu())
-    return upto
+    stream.confirm(canvas, layout.canvas_length)
+    return num_forwards, num_edits, trace

@@ -1,0 +1,195 @@
+"""model.generate / pipelines / custom_generate / streamers with dllm_edit's decoder."""
+
+import io
+
+import pytest
+import torch
+from conftest import EOS, MASK, PAD, VOCAB, tiny_llama
+from denoisers import BagDenoiser
+from transformers import (
+    LogitsProcessorList,
+    NoRepeatNGramLogitsProcessor,
+    PreTrainedTokenizerFast,
+    StoppingCriteriaList,
+    TextIteratorStreamer,
+    pipeline,
+)
+from transformers.generation.streamers import TextDiffusionStreamer
+
+import dllm_edit
+
+IDS = dict(mask_token_id=MASK, eos_token_id=EOS, pad_token_id=PAD)
+
+
+def tiny_tokenizer():
+    """A word-level tokenizer over VOCAB ids, built in memory (no download)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    words = ["<pad>", "<eos>"] + [f"w{i}" for i in range(2, VOCAB - 1)] + ["<mask>"]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<pad>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", mask_token="<mask>", padding_side="left"
+    )
+    return fast
+
+
+def cfg(**kw):
+    return dllm_edit.EditGenerationConfig.from_mode(
+        "quality", **{"block_length": 4, "max_new_tokens": 8, **IDS, **kw}
+    )
+
+
+@pytest.fixture
+def model():
+    return tiny_llama(seed=5)
+
+
+def test_patch_generate_follows_transformers_conventions(model):
+    ids = torch.tensor([[5, 6, 7]])
+    reference = dllm_edit.generate(model, ids, generation_config=cfg())
+    dllm_edit.patch_generate(model, cfg())
+    seq = model.generate(ids)
+    assert isinstance(seq, torch.Tensor) and torch.equal(seq, reference.sequences)
+    out = model.generate(input_ids=ids, return_dict_in_generate=True)
+    assert torch.equal(out.sequences, reference.sequences) and out.num_forwards is not None
+    assert model.generate(ids, max_new_tokens=5).shape == (1, 8)  # overrides go through replace()
+    with pytest.raises(TypeError, match="Unknown generation option"):
+        model.generate(ids, treshold=0.3)
+    with pytest.raises(ValueError, match="num_beams"):
+        model.generate(ids, num_beams=4)
+
+
+def test_plain_generation_config_is_converted(model):
+    from transformers import GenerationConfig
+
+    dllm_edit.patch_generate(model, cfg())
+    plain = GenerationConfig(max_new_tokens=5, do_sample=False)
+    assert model.generate(torch.tensor([[5, 6, 7]]), generation_config=plain).shape == (1, 8)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        model.generate(torch.tensor([[5, 6, 7]]), generation_config=GenerationConfig(max_length=20))
+
+
+def test_pipeline_text_generation(model):
+    tok = tiny_tokenizer()
+    dllm_edit.patch_generate(model, cfg(eos_early_stop=False))
+    pipe = pipeline("text-generation", model=model, tokenizer=tok)
+    out = pipe(["w5 w6 w7", "w9"], max_new_tokens=6, return_full_text=False)
+    assert len(out) == 2 and all(isinstance(o[0]["generated_text"], str) for o in out)
+    # the pipeline's batch decodes like the rows alone
+    alone = dllm_edit.generate(
+        model,
+        tok("w9", return_tensors="pt").input_ids,
+        generation_config=cfg(eos_early_stop=False, max_new_tokens=6),
+    )
+    text = tok.decode(alone.sequences[0, 1:], skip_special_tokens=True)
+    assert out[1][0]["generated_text"].strip() == text.strip()
+
+
+def test_custom_generate_callable_and_folder(model):
+    ids = torch.tensor([[5, 6, 7]])
+    reference = dllm_edit.generate(model, ids, generation_config=cfg())
+    seq = model.generate(ids, custom_generate=dllm_edit.custom_generate, generation_config=cfg())
+    assert torch.equal(seq, reference.sequences)
+    seq = model.generate(
+        ids, custom_generate=dllm_edit.CUSTOM_GENERATE_DIR, trust_remote_code=True, generation_config=cfg()
+    )
+    assert torch.equal(seq, reference.sequences)
+
+
+def test_mixin_class(model):
+    class MyDLM(dllm_edit.EditGenerationMixin, type(model)):
+        pass
+
+    mine = MyDLM(model.config).eval()
+    mine.load_state_dict(model.state_dict(), strict=False)
+    mine.lm_head = model.lm_head
+    mine.generation_config = cfg()
+    ids = torch.tensor([[5, 6, 7]])
+    assert torch.equal(mine.generate(ids), dllm_edit.generate(model, ids, generation_config=cfg()).sequences)
+
+
+def test_refused_processors_and_stopping_criteria(model):
+    dllm_edit.patch_generate(model, cfg())
+    ids = torch.tensor([[5, 6, 7]])
+    with pytest.raises(ValueError, match="NoRepeatNGramLogitsProcessor"):
+        model.generate(ids, logits_processor=LogitsProcessorList([NoRepeatNGramLogitsProcessor(2)]))
+    from transformers import MaxTimeCriteria
+
+    with pytest.raises(ValueError, match="stopping_criteria"):
+        model.generate(ids, stopping_criteria=StoppingCriteriaList([MaxTimeCriteria(10.0)]))
+
+
+def test_iterator_streamer_is_ended_even_on_error(model):
+    tok = tiny_tokenizer()
+    streamer = TextIteratorStreamer(tok, skip_prompt=True)
+    dllm_edit.patch_generate(model, cfg())
+    model.generate(torch.tensor([[5, 6, 7]]), streamer=streamer)
+    assert isinstance("".join(streamer), str)  # the iterator terminates: end() was called
+
+    class Broken(BagDenoiser):
+        def forward(self, *args, **kwargs):
+            if self.calls >= 2:
+                raise RuntimeError("boom")
+            return super().forward(*args, **kwargs)
+
+    streamer = TextIteratorStreamer(tok, skip_prompt=True)
+    with pytest.raises(RuntimeError, match="boom"):
+        dllm_edit.generate(
+            Broken(vocab_size=VOCAB),
+            torch.tensor([[5, 6, 7]]),
+            streamer=streamer,
+            adapter="block_causal",
+            use_cache=False,
+            editing_threshold=None,
+            **IDS,
+        )
+    assert "".join(streamer) == ""  # ended: iteration stops instead of blocking
+
+
+class Recorder(TextDiffusionStreamer):
+    def __init__(self, tok):
+        super().__init__(tok, skip_prompt=True)
+        self.drafts, self.kwargs = [], []
+
+    def put_draft(self, value, **kwargs):
+        self.drafts.append(value.tolist())
+        self.kwargs.append(kwargs)
+
+
+def test_diffusion_streamer_gets_every_draft(model):
+    tok = tiny_tokenizer()
+    rec = Recorder(tok)
+    out = dllm_edit.generate(
+        model, torch.tensor([[5, 6, 7]]), streamer=rec, generation_config=cfg(), output_trace=True
+    )
+    assert len(rec.drafts) == len(out.trace) == int(out.num_forwards[0])
+    assert all(len(k["masked"]) == len(d) == len(k["edited"]) for d, k in zip(rec.drafts, rec.kwargs))
+
+
+def test_terminal_streamer_highlights_edits(model):
+    tok = tiny_tokenizer()
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    screen = Tty()
+    streamer = dllm_edit.TerminalEditStreamer(tok, skip_prompt=True, stream=screen)
+    out = dllm_edit.generate(
+        model,
+        torch.tensor([[5, 6, 7]]),
+        streamer=streamer,
+        generation_config=dllm_edit.EditGenerationConfig.from_mode(
+            "speedy", block_length=4, max_new_tokens=12, **IDS
+        ),
+    )
+    text = screen.getvalue()
+    assert TerminalEditStreamer_has(text, "\033[33m")  # drafts drawn
+    if int(out.num_edits[0]) > 0:
+        assert "\033[31m" in text  # edits in red
+    assert text.endswith("\n")
+
+
+def TerminalEditStreamer_has(text, code):
+    return code in text
