@@ -205,7 +205,10 @@ class EditGenerationConfig(GenerationConfig):
             for key in _SAMPLING_ONLY:
                 setattr(self, key, None)
         try:
-            super().validate(strict=strict, user_set_attributes=user_set_attributes)
+            if user_set_attributes is None:
+                super().validate(strict=strict)
+            else:  # transformers >= 5.x tracks which flags the caller set
+                super().validate(strict=strict, user_set_attributes=user_set_attributes)
         finally:
             for key, value in saved.items():
                 setattr(self, key, value)
