@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from transformers.utils import ModelOutput
@@ -34,6 +36,13 @@ class StepRecord:
     after: torch.Tensor
     probs: torch.Tensor
 
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form: ints, bools and floats in nested lists (`[B][S]`)."""
+        out: dict[str, Any] = {"block": self.block, "span_start": self.span_start}
+        for name in ("active", "masked", "commit", "edit", "before", "after", "probs"):
+            out[name] = getattr(self, name).tolist()
+        return out
+
 
 @dataclass
 class EditGenerationOutput(ModelOutput):
@@ -55,3 +64,20 @@ class EditGenerationOutput(ModelOutput):
     num_forwards: torch.Tensor | None = None
     num_edits: torch.Tensor | None = None
     trace: list[StepRecord] | None = None
+
+    def trace_to_json(self, path: str | None = None) -> str:
+        """The trace as JSON (one object per step, plus per-row totals); written to `path` if given.
+
+        Raises:
+            ValueError: when the output has no trace (decode with `output_trace=True`).
+        """
+        if self.trace is None:
+            raise ValueError("This output has no trace: decode with output_trace=True.")
+        forwards = self.num_forwards.tolist() if self.num_forwards is not None else None
+        edits = self.num_edits.tolist() if self.num_edits is not None else None
+        payload = {"num_forwards": forwards, "num_edits": edits, "steps": [r.to_dict() for r in self.trace]}
+        text = json.dumps(payload)
+        if path is not None:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+        return text

@@ -78,3 +78,21 @@ def test_adjacent_repeat_penalty_blocks_copying_the_left_neighbour(llama_eager):
         written = rec.commit | rec.edit
         known = written & (left != MASK) & (left != -1)
         assert not (rec.after[known] == left[known]).any()
+
+
+def test_trace_exports_to_json(llama_eager, tmp_path):
+    import json
+
+    out = dllm_edit.generate(
+        llama_eager, torch.tensor([[5, 6, 7]]), block_length=4, max_new_tokens=8, output_trace=True, **IDS
+    )
+    data = json.loads(out.trace_to_json(str(tmp_path / "trace.json")))
+    assert len(data["steps"]) == int(out.num_forwards[0]) == data["num_forwards"][0]
+    assert (tmp_path / "trace.json").read_text() == json.dumps(data)
+    plain = dllm_edit.generate(
+        llama_eager, torch.tensor([[5, 6, 7]]), block_length=4, max_new_tokens=8, **IDS
+    )
+    import pytest
+
+    with pytest.raises(ValueError, match="output_trace=True"):
+        plain.trace_to_json()
