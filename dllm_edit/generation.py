@@ -141,7 +141,8 @@ def generate(
         attention_mask: `[B, W]` with 0 on left padding (None: no padding).
         generation_config: an `EditGenerationConfig`; default: the model's generation config
             if it is one, else the Quality preset.
-        adapter: `"block_causal"`, `"bidirectional"`, a `ModelAdapter`, or None to detect.
+        adapter: `"block_causal"`, `"bidirectional"`, `"shifted"`, `"masked_lm"` (or a third-party
+            name), a `ModelAdapter`, or None to detect from the model.
         streamer: a transformers streamer (batch size 1): `put()` receives the prompt, then each block's
             final tokens (up to the first EOS); `end()` is called at the end.
         logits_processor: a transformers `LogitsProcessorList` (or callable) applied to `[B*S, V]`

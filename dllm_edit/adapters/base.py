@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from typing import Any, ClassVar, Protocol
 
 import torch
@@ -33,26 +34,35 @@ class ModelAdapter:
         supports_cache: an exact KV cache of finished blocks is available.
         default_use_cache: `use_cache=None` resolves to this.
         supports_multi_block_edit: the adapter can produce window logits that see the active block.
+        model_types: `model.config.model_type`s (lower case) this adapter is detected for once
+            registered (`register_adapter`, or the `dllm_edit.adapters` entry-point group).
     """
 
     name: ClassVar[str] = ""
     supports_cache: ClassVar[bool] = False
     default_use_cache: ClassVar[bool] = False
     supports_multi_block_edit: ClassVar[bool] = False
+    model_types: ClassVar[tuple[str, ...]] = ()
 
     def open(self, model: Any, layout: CanvasLayout, use_cache: bool) -> ForwardSession:  # pragma: no cover
         raise NotImplementedError
 
+    def position_offset(self, model: Any) -> int:
+        """Added to every position id the adapter passes (0; RoBERTa-style embeddings need more)."""
+        return 0
+
     def check_positions(self, model: Any, layout: CanvasLayout) -> None:
         """Raise before any forward if the canvas needs more positions than the model has."""
         limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
-        if isinstance(limit, int) and layout.max_position >= limit:
+        offset = self.position_offset(model)
+        if isinstance(limit, int) and layout.max_position + offset >= limit:
             longest = int(layout.prompt_lengths.max())
+            reserved = f", of which the first {offset} are reserved by the embeddings" if offset else ""
             raise ValueError(
                 f"The canvas needs position ids up to {layout.max_position}, but the model's "
-                f"max_position_embeddings is {limit} (longest prompt {longest} tokens + max_new_tokens "
-                f"{layout.max_new_tokens}, rounded up to block_length {layout.block_length}). "
-                "Shorten the prompt or lower max_new_tokens."
+                f"max_position_embeddings is {limit}{reserved} (longest prompt {longest} tokens + "
+                f"max_new_tokens {layout.max_new_tokens}, rounded up to block_length "
+                f"{layout.block_length}). Shorten the prompt or lower max_new_tokens."
             )
 
 
@@ -75,3 +85,35 @@ def model_dtype(model: Any) -> torch.dtype:
     if isinstance(dtype, torch.dtype) and dtype.is_floating_point:
         return dtype
     return torch.float32
+
+
+def output_logits(model: Any, output: Any) -> torch.Tensor:
+    """The `.logits` tensor `[B, L, V]` of a forward output.
+
+    Raises:
+        TypeError: the output has no `.logits` tensor of rank 3 (a base model without its
+            language-modelling head, or a forward returning a tuple).
+    """
+    logits = getattr(output, "logits", None)
+    if isinstance(logits, torch.Tensor) and logits.ndim == 3:
+        return logits
+    found = "no `.logits`" if logits is None else f"`.logits` of type {type(logits).__name__}"
+    if isinstance(logits, torch.Tensor):
+        found = f"`.logits` of shape {tuple(logits.shape)}"
+    raise TypeError(
+        f"{type(model).__name__}.forward returned {type(output).__name__} with {found}; dllm_edit needs "
+        "an output with `.logits` of shape [batch, length, vocab]. Load the model with its "
+        "language-modelling head (AutoModelForCausalLM / AutoModelForMaskedLM, not AutoModel), keep "
+        "return_dict=True, or wrap the model so that forward returns an object with `.logits`."
+    )
+
+
+def checked_forward(model: Any) -> Callable[..., Any]:
+    """`model`, called through a check that its output has `.logits` (see `output_logits`)."""
+
+    def forward(**kwargs: Any) -> Any:
+        output = model(**kwargs)
+        output_logits(model, output)
+        return output
+
+    return forward

@@ -9,7 +9,7 @@ import torch
 from dllm_edit.layout import CanvasLayout
 
 from .attention import allowed_matrix, backend_mask
-from .base import ModelAdapter, attn_implementation, forward_kwargs, model_dtype
+from .base import ModelAdapter, attn_implementation, checked_forward, forward_kwargs, model_dtype
 
 
 class BidirectionalAdapter(ModelAdapter):
@@ -36,7 +36,7 @@ class BidirectionalAdapter(ModelAdapter):
 
 class _BidirectionalSession:
     def __init__(self, model: Any, layout: CanvasLayout) -> None:
-        self.model = model
+        self.model = checked_forward(model)
         self.layout = layout
         accepted = forward_kwargs(model)
         self.pass_positions = "position_ids" in accepted or "kwargs" in accepted

@@ -9,7 +9,7 @@ import torch
 from dllm_edit.layout import CanvasLayout
 
 from .attention import allowed_matrix, backend_mask
-from .base import ModelAdapter, attn_implementation, forward_kwargs, model_dtype
+from .base import ModelAdapter, attn_implementation, forward_kwargs, model_dtype, output_logits
 from .cache import crop_to
 
 
@@ -22,6 +22,10 @@ class BlockCausalAdapter(ModelAdapter):
     first step of a block, plus the prompt on the very first step) and the cache is cropped back to
     the finished blocks afterwards. With multi-block editing, a review copy of the window is appended
     to the input (see `dllm_edit.strategies.MultiBlockEdit`).
+
+    The model's forward must take a 4-D attention mask `[B, 1, Q, K]` (and position ids, if it has
+    them): if the first forward raises a `TypeError` or `RuntimeError`, it is re-raised as a
+    `ValueError` pointing to `adapter="bidirectional"` / `"masked_lm"`.
 
     Examples:
         >>> from dllm_edit.adapters import BlockCausalAdapter
@@ -56,6 +60,29 @@ class _BlockCausalSession:
         self.rows = torch.arange(
             layout.offsets.shape[0], device=layout.offsets.device
         )  # [R] rows still decoding
+        self._first_forward = True
+
+    def _forward(self, kwargs: dict[str, Any]) -> torch.Tensor:
+        """Run the model; on the first forward, turn a rejected mask / argument into advice."""
+        if not self._first_forward:
+            return output_logits(self.model, self.model(**kwargs))
+        try:
+            output = self.model(**kwargs)
+        except torch.cuda.OutOfMemoryError:  # (torch.OutOfMemoryError on torch >= 2.5) not our advice
+            raise
+        except (TypeError, RuntimeError) as err:
+            passed = ", ".join(sorted(kwargs))
+            raise ValueError(
+                f"The first forward of {type(self.model).__name__} under the block-causal adapter failed "
+                f"({type(err).__name__}: {err}). This adapter passes a 4-D attention mask [B, 1, Q, K], "
+                f"position ids and cache arguments (here: {passed}); a model that does not take them needs "
+                'another adapter: adapter="masked_lm" for a masked LM (BERT, RoBERTa, ModernBERT: 2-D '
+                'padding mask), adapter="bidirectional" for a full-attention dLLM taking a 4-D mask, '
+                'adapter="shifted" for a Dream-style model; or use_cache=False if only the cache argument '
+                "is refused."
+            ) from err
+        self._first_forward = False
+        return output_logits(self.model, output)
 
     def select_rows(self, rows: torch.Tensor) -> None:
         """Keep only `rows` (a subset of the current rows, ascending) in later forwards and the cache."""
@@ -103,7 +130,7 @@ class _BlockCausalSession:
         keep = bl + review.numel()
         if self.pass_logits_to_keep:
             kwargs["logits_to_keep"] = keep
-        logits = self.model(**kwargs).logits[:, -keep:]  # [R, bl + W*bl, V]
+        logits = self._forward(kwargs)[:, -keep:]  # [R, bl + W*bl, V]
         if self.cache is not None:
             crop_to(self.cache, block_start)
         # reorder to span order: window (from the review copy) then the active block
