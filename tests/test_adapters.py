@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import doctest
 import importlib
+import inspect
 import warnings
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint
@@ -323,6 +324,10 @@ def test_masked_lm_reads_what_the_model_reads_by_default(masked_lms, kind):
 
 @pytest.mark.parametrize("kind", MASKED_LMS)
 def test_masked_lm_batch_equals_rows_alone(masked_lms, kind):
+    if "position_ids" not in inspect.signature(masked_lms[kind].forward).parameters:
+        pytest.skip(
+            f"{kind}'s forward takes no position_ids in this transformers version (a warning says so)"
+        )
     cfg = dllm_edit.EditGenerationConfig.from_mode("quality", block_length=4, max_new_tokens=10, **IDS)
     assert_batch_equals_rows_alone(masked_lms[kind], cfg)
 

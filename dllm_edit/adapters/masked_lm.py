@@ -27,9 +27,10 @@ def embedding_position_offset(model: Any) -> int:
     """
     base = getattr(model, "base_model", model)
     embeddings = getattr(base, "embeddings", None)
-    if embeddings is None or not hasattr(embeddings, "create_position_ids_from_input_ids"):
-        return 0
-    padding_idx = getattr(embeddings, "padding_idx", None)
+    # RoBERTa-style position tables reserve the padding row (their nn.Embedding has a padding_idx);
+    # BERT-style ones do not. This reads the same in transformers 4.x and 5.x.
+    table = getattr(embeddings, "position_embeddings", None)
+    padding_idx = getattr(table, "padding_idx", None)
     return padding_idx + 1 if isinstance(padding_idx, int) else 0
 
 
