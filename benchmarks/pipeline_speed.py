@@ -5,7 +5,7 @@ shifted-logits Qwen2 and a masked-LM BERT), the same prompts run through a text-
 whose model was given dllm_edit's `generate` by `patch_generate` (masked LMs, which the
 text-generation pipeline refuses, go through the patched `model.generate` on the same batch).
 Printed per (family, preset): completion tokens per second (median of `--repeats` runs) and
-tokens per forward (completion tokens / model forwards, counted with a forward hook). Random tiny
+tokens per forward (completion tokens / row forwards, counted with a forward hook). Random tiny
 models: the numbers measure the integration's overhead and the presets' step counts, not text
 quality.
 
@@ -85,6 +85,12 @@ def families() -> list[tuple[str, str, torch.nn.Module]]:
     return out
 
 
+def rows_of(args: tuple, kwargs: dict) -> int:
+    """Rows in one forward: tokens per forward is counted per row, batched or not."""
+    ids = kwargs.get("input_ids", args[0] if args else None)
+    return int(ids.shape[0])
+
+
 def text_generation(model, tok, prompts):
     """A pipeline call; masked LMs, which transformers' text-generation pipeline refuses to build,
     go through the patched `model.generate` with the same left-padded batch instead."""
@@ -113,7 +119,7 @@ def main() -> None:
     print(f"|{'-' * 30}|{'-' * 10}|{'-' * 11}|{'-' * 16}|")
     calls: list[int] = []
     for name, adapter, model in families():
-        hook = model.register_forward_pre_hook(lambda m, a, k: calls.append(1), with_kwargs=True)
+        hook = model.register_forward_pre_hook(lambda m, a, k: calls.append(rows_of(a, k)), with_kwargs=True)
         for mode in ("speedy", "quality"):
             cfg = dllm_edit.EditGenerationConfig.from_mode(
                 mode,
@@ -134,7 +140,7 @@ def main() -> None:
             tokens = len(prompts) * args.new_tokens
             print(
                 f"| {name:<28} | {mode:<8} | {tokens / statistics.median(times):9.1f} | "
-                f"{tokens / len(calls):14.2f} |"
+                f"{tokens / sum(calls):14.2f} |"
             )
         hook.remove()
 
