@@ -102,37 +102,101 @@ def _apply_processor_list(processors: list[Any]) -> Any:
     return apply
 
 
-def to_edit_config(model: Any, generation_config: GenerationConfig | None) -> EditGenerationConfig:
-    """The `EditGenerationConfig` for a call made with transformers conventions.
+# Plain GenerationConfig fields: carried into the EditGenerationConfig, turned into processors, or
+# harmless for diffusion decoding; any other non-default field is refused (never silently ignored).
+_CARRIED = ("max_new_tokens", "eos_token_id", "pad_token_id", "mask_token_id", "top_k", "top_p", "use_cache")
+_HARMLESS = {
+    "transformers_version",
+    "bos_token_id",
+    "decoder_start_token_id",
+    "max_length",
+    "do_sample",
+    "temperature",
+    "return_dict_in_generate",
+    "_from_model_config",
+}
 
-    An `EditGenerationConfig` is used as is. A plain `GenerationConfig` (e.g. the copy a pipeline
-    makes) is laid over the model's editable config (or the defaults): its non-default length,
-    special-token and sampling fields carry over; `do_sample=False` means greedy (temperature 0).
+
+def _field_processors(config: GenerationConfig, fields: dict[str, Any]) -> list[Any]:
+    """transformers processors for the plain-config fields that are meaningful in parallel decoding."""
+    from transformers import (
+        EpsilonLogitsWarper,
+        EtaLogitsWarper,
+        MinPLogitsWarper,
+        RepetitionPenaltyLogitsProcessor,
+        SuppressTokensLogitsProcessor,
+        TypicalLogitsWarper,
+    )
+
+    out: list[Any] = []
+    if fields.get("repetition_penalty") not in (None, 1.0):
+        out.append(RepetitionPenaltyLogitsProcessor(penalty=float(fields["repetition_penalty"])))
+    if fields.get("suppress_tokens"):
+        out.append(SuppressTokensLogitsProcessor(fields["suppress_tokens"]))
+    if config.do_sample:  # sampling-only filters, as in transformers
+        if fields.get("min_p") is not None:
+            out.append(MinPLogitsWarper(min_p=float(fields["min_p"])))
+        if fields.get("typical_p") not in (None, 1.0):
+            out.append(TypicalLogitsWarper(mass=float(fields["typical_p"])))
+        if fields.get("epsilon_cutoff") not in (None, 0.0):
+            out.append(EpsilonLogitsWarper(epsilon=float(fields["epsilon_cutoff"])))
+        if fields.get("eta_cutoff") not in (None, 0.0):
+            out.append(EtaLogitsWarper(epsilon=float(fields["eta_cutoff"]), device="cpu"))
+    return out
+
+
+_AS_PROCESSORS = {
+    "repetition_penalty",
+    "suppress_tokens",
+    "min_p",
+    "typical_p",
+    "epsilon_cutoff",
+    "eta_cutoff",
+}
+
+
+def to_edit_config(
+    model: Any, generation_config: GenerationConfig | None
+) -> tuple[EditGenerationConfig, list[Any]]:
+    """The `EditGenerationConfig` (and extra logits processors) for a call made with transformers
+    conventions.
+
+    An `EditGenerationConfig` is used as is. A plain `GenerationConfig` (e.g. one built by a trainer)
+    is laid over the model's editable config (or the defaults): its length, special-token, top-k /
+    top-p and cache fields carry over; `do_sample=False` means greedy (temperature 0),
+    `do_sample=True` samples at its `temperature`; repetition penalty, suppressed tokens and the
+    min-p / typical / epsilon / eta filters become logits processors.
+
+    Raises:
+        ValueError: a plain config with only `max_length` (the canvas needs `max_new_tokens`), or
+            with fields that have no meaning for diffusion decoding (beam search, length penalties...).
     """
     if isinstance(generation_config, EditGenerationConfig):
-        return generation_config
+        return generation_config, []
     base = getattr(model, "generation_config", None)
     base = base if isinstance(base, EditGenerationConfig) else EditGenerationConfig()
     if generation_config is None:
-        return base
+        return base, []
     fields = generation_config.to_diff_dict()
-    updates: dict[str, Any] = {}
-    for key in ("max_new_tokens", "eos_token_id", "pad_token_id", "top_k", "top_p", "use_cache"):
-        if fields.get(key) is not None:
-            updates[key] = fields[key]
-    if fields.get("mask_token_id") is not None:
-        updates["mask_token_id"] = fields["mask_token_id"]
+    unsupported = sorted(set(fields) - set(_CARRIED) - _HARMLESS - _AS_PROCESSORS)
+    if unsupported:
+        raise ValueError(
+            f"GenerationConfig fields {unsupported} have no meaning for diffusion decoding. Unset them, or "
+            "pass an EditGenerationConfig (see dllm_edit.EditGenerationConfig.from_mode)."
+        )
+    if fields.get("max_length") is not None and fields.get("max_new_tokens") is None:
+        raise ValueError(
+            "Diffusion decoding needs `max_new_tokens` (the canvas size); got only `max_length`. "
+            "Pass max_new_tokens=..."
+        )
+    updates: dict[str, Any] = {key: fields[key] for key in _CARRIED if fields.get(key) is not None}
     if generation_config.do_sample:
         updates["temperature"] = float(generation_config.temperature or 1.0)
     elif "do_sample" in fields or "temperature" in fields:
         updates["temperature"] = 0.0
         updates["top_k"] = updates["top_p"] = None
-    if fields.get("max_length") is not None and "max_new_tokens" not in updates:
-        raise ValueError(
-            "Diffusion decoding needs `max_new_tokens` (the canvas size); got only `max_length`. "
-            "Pass max_new_tokens=..."
-        )
-    return base.replace(**updates) if updates else base
+    config = base.replace(**updates) if updates else base
+    return config, _field_processors(generation_config, fields)
 
 
 def generate_hf(
@@ -184,10 +248,12 @@ def generate_hf(
     drop_warpers = bool(kwargs.pop("_drop_config_warpers", False))
     if "use_cache" in kwargs and kwargs["use_cache"] is None:
         del kwargs["use_cache"]  # transformers' "unset"; the adapter's default applies
-    config = to_edit_config(model, generation_config)
+    config, field_processors = to_edit_config(model, generation_config)
     if return_dict is None:
         return_dict = bool(config.return_dict_in_generate)
     processors = check_logits_processors(logits_processor, drop_config_warpers=drop_warpers)
+    if not drop_warpers:  # on the custom_generate path transformers already built these from the config
+        processors = (processors or []) + field_processors
     return generate(
         model,
         input_ids,

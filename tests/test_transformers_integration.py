@@ -68,6 +68,33 @@ def test_plain_generation_config_is_converted(model):
     assert model.generate(torch.tensor([[5, 6, 7]]), generation_config=plain).shape == (1, 8)
     with pytest.raises(ValueError, match="max_new_tokens"):
         model.generate(torch.tensor([[5, 6, 7]]), generation_config=GenerationConfig(max_length=20))
+    # fields without meaning for parallel decoding are refused, not ignored
+    with pytest.raises(ValueError, match="length_penalty"):
+        model.generate(
+            torch.tensor([[5, 6, 7]]),
+            generation_config=GenerationConfig(max_new_tokens=5, length_penalty=2.0),
+        )
+
+
+def test_plain_config_fields_become_processors(model):
+    from transformers import GenerationConfig
+
+    dllm_edit.patch_generate(model, cfg(eos_early_stop=False))
+    ids = torch.tensor([[5, 6, 7]])
+    plain = dllm_edit.generate(model, ids, generation_config=cfg(eos_early_stop=False, max_new_tokens=8))
+    banned = sorted(set(plain.sequences[0, 3:].tolist()))[:2]
+    out = model.generate(
+        ids, generation_config=GenerationConfig(max_new_tokens=8, do_sample=False, suppress_tokens=banned)
+    )
+    assert not set(out[0, 3:].tolist()) & set(banned)
+    sampled = model.generate(
+        ids,
+        generator=torch.Generator().manual_seed(0),
+        generation_config=GenerationConfig(
+            max_new_tokens=8, do_sample=True, temperature=0.9, min_p=0.05, repetition_penalty=1.2
+        ),
+    )
+    assert sampled.shape == (1, 11)
 
 
 def test_pipeline_text_generation(model):
