@@ -18,43 +18,34 @@ EOS = 1
 PAD = 0
 
 
+# the shared shape of the tiny decoders used across the tests
+_TINY = dict(
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=512,
+)
+
+
+def _tiny(config_cls, model_cls, attn, seed, vocab, **extra):
+    torch.manual_seed(seed)
+    model = model_cls(config_cls(vocab_size=vocab, attn_implementation=attn, **_TINY, **extra)).eval()
+    _sharpen(model, vocab)
+    return model
+
+
 def tiny_llama(attn: str = "eager", seed: int = 0, vocab: int = VOCAB):
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(
-        vocab_size=vocab,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        attn_implementation=attn,
-    )
-    model = LlamaForCausalLM(cfg).eval()
-    _sharpen(model, vocab)
-    return model
+    return _tiny(LlamaConfig, LlamaForCausalLM, attn, seed, vocab)
 
 
 def tiny_qwen3(attn: str = "sdpa", seed: int = 1, vocab: int = VOCAB):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    torch.manual_seed(seed)
-    cfg = Qwen3Config(
-        vocab_size=vocab,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        max_position_embeddings=512,
-        attn_implementation=attn,
-    )
-    model = Qwen3ForCausalLM(cfg).eval()
-    _sharpen(model, vocab)
-    return model
+    return _tiny(Qwen3Config, Qwen3ForCausalLM, attn, seed, vocab, head_dim=8)
 
 
 def _sharpen(model, vocab):
