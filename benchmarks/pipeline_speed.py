@@ -51,7 +51,11 @@ def families() -> list[tuple[str, str, torch.nn.Module]]:
             attn_implementation="sdpa",
         )
     ).eval()
-    out = [("block-causal Llama", "block_causal", llama), ("bidirectional Llama", "bidirectional", llama)]
+    out = [
+        ("block-causal Llama", "block_causal", llama),
+        ("bidirectional Llama", "bidirectional", llama),
+        ("bidirectional, approx. cache", "bidirectional_approx_cache", llama),
+    ]
     available = set(dllm_edit.adapters.__dict__.get("_ADAPTERS", {}))
     if "shifted" in available:
         from transformers import Qwen2Config, Qwen2ForCausalLM

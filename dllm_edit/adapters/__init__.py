@@ -35,7 +35,7 @@ from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
 from .base import ForwardSession, ModelAdapter
-from .bidirectional import BidirectionalAdapter
+from .bidirectional import ApproxCacheBidirectionalAdapter, BidirectionalAdapter
 from .block_causal import BlockCausalAdapter
 from .masked_lm import MaskedLMAdapter
 from .shifted import ShiftedLogitsAdapter
@@ -45,6 +45,7 @@ ENTRY_POINT_GROUP = "dllm_edit.adapters"
 _ADAPTERS: dict[str, type[ModelAdapter]] = {
     BlockCausalAdapter.name: BlockCausalAdapter,
     BidirectionalAdapter.name: BidirectionalAdapter,
+    ApproxCacheBidirectionalAdapter.name: ApproxCacheBidirectionalAdapter,
     ShiftedLogitsAdapter.name: ShiftedLogitsAdapter,
     MaskedLMAdapter.name: MaskedLMAdapter,
 }
@@ -198,6 +199,7 @@ def resolve_adapter(model: Any, adapter: str | ModelAdapter | None) -> ModelAdap
 __all__ = [
     "ENTRY_POINT_GROUP",
     "MODEL_TYPE_ADAPTERS",
+    "ApproxCacheBidirectionalAdapter",
     "BidirectionalAdapter",
     "BlockCausalAdapter",
     "ForwardSession",

@@ -16,7 +16,7 @@ class BidirectionalAdapter(ModelAdapter):
     """Adapter for full-attention dLLMs; runs the whole canvas at every step, no KV cache.
 
     Keys of later blocks change as they are decoded, so no cache of earlier blocks is exact here
-    (an approximate prefix cache is future work and will be labelled approximate). Multi-block
+    (`ApproxCacheBidirectionalAdapter` offers an approximate prefix cache). Multi-block
     editing needs nothing extra: the window's logits already see the active block.
 
     Examples:
@@ -80,3 +80,92 @@ class _BidirectionalSession:
             kwargs["use_cache"] = False
         logits = self.model(**kwargs).logits  # [R, T, V]
         return logits[:, (block - window) * bl : (block + 1) * bl]  # [R, (window + 1) * bl, V]
+
+
+class ApproxCacheBidirectionalAdapter(BidirectionalAdapter):
+    """Bidirectional adapter with an **approximate** prefix KV cache (Fast-dLLM style).
+
+    At the first step of every block the whole canvas runs and the keys/values of the slots before
+    the span (the active block, plus the multi-block-edit window) are kept; the other steps of the
+    block run only the span and the slots after it, attending to that cached prefix. Under full
+    attention the prefix's keys/values depend on the span and the suffix, which change during the
+    block, so the cached prefix is stale after the first step: outputs can differ from the exact
+    `BidirectionalAdapter`. Steps that read fresh logits only (e.g. a block filled in its first
+    step) match it exactly. Choose it by name, `adapter="bidirectional_approx_cache"`, or object;
+    it is never auto-detected.
+
+    Examples:
+        >>> from dllm_edit.adapters import ApproxCacheBidirectionalAdapter
+        >>> ApproxCacheBidirectionalAdapter.supports_cache, ApproxCacheBidirectionalAdapter.name
+        (True, 'bidirectional_approx_cache')
+    """
+
+    name = "bidirectional_approx_cache"
+    supports_cache = True
+    default_use_cache = True
+
+    def open(self, model: Any, layout: CanvasLayout, use_cache: bool) -> _BidirectionalSession:
+        if not use_cache:
+            return _BidirectionalSession(model, layout)
+        return _ApproxCacheSession(model, layout)
+
+
+class _ApproxCacheSession(_BidirectionalSession):
+    """Full-canvas forward at a block's first step, then span + suffix on a cached prefix."""
+
+    def __init__(self, model: Any, layout: CanvasLayout) -> None:
+        super().__init__(model, layout)
+        accepted = forward_kwargs(model)
+        if "cache" not in accepted and "past_key_values" not in accepted and "kwargs" not in accepted:
+            raise ValueError(
+                f"{type(model).__name__}.forward takes no KV cache argument, so the approximate prefix cache "
+                "cannot be used; use adapter='bidirectional' (or use_cache=False)."
+            )
+        self.cache_kwarg = "cache" if "cache" in accepted else "past_key_values"
+        self.cache: Any = None
+        self.block: int | None = None  # block whose prefix is cached
+        self.prefix = 0  # cached slots [0, prefix)
+
+    def select_rows(self, rows: torch.Tensor) -> None:
+        if rows.numel() != self.rows.numel() and self.cache is not None and self.prefix > 0:
+            self.cache.batch_select_indices(torch.searchsorted(self.rows, rows))
+        self.rows = rows
+
+    def invalidate_from(self, block: int) -> None:
+        if block * self.layout.block_length < self.prefix:
+            self.block = None  # refresh at the next step
+
+    def logits(self, canvas: torch.Tensor, block: int, window: int) -> torch.Tensor:
+        from transformers import DynamicCache
+
+        from .cache import crop_to
+
+        bl = self.layout.block_length
+        device = canvas.device
+        span_start, span_stop = (block - window) * bl, (block + 1) * bl
+        if block != self.block:  # first step of the block: everything afresh
+            self.cache, self.prefix, self.block = DynamicCache(), 0, block
+        start = self.prefix
+        rows = self.rows  # [R]
+        q_slot = torch.arange(start, self.layout.canvas_length, device=device)  # [Q] prefix is cached
+        k_slot = torch.arange(self.layout.canvas_length, device=device)  # [K]
+        allowed = allowed_matrix(
+            q_slot,
+            torch.full_like(q_slot, self.layout.num_blocks),
+            k_slot,
+            torch.zeros_like(k_slot, dtype=torch.bool),
+            self.layout.key_valid[rows],
+            bl,
+        )  # [R, Q, K]
+        kwargs: dict[str, Any] = {
+            "input_ids": canvas[rows][:, q_slot],  # [R, Q]
+            "attention_mask": backend_mask(allowed, self.attn, self.dtype),  # [R, 1, Q, K]
+            self.cache_kwarg: self.cache,
+            "use_cache": True,
+        }
+        if self.pass_positions:
+            kwargs["position_ids"] = self.layout.position_ids[rows][:, q_slot]  # [R, Q]
+        logits = self.model(**kwargs).logits  # [R, Q, V]
+        crop_to(self.cache, span_start)  # keep the prefix only
+        self.prefix = span_start
+        return logits[:, span_start - start : span_stop - start]  # [R, S, V]
