@@ -106,6 +106,7 @@ def _apply_processor_list(processors: list[Any]) -> Any:
 # harmless for diffusion decoding; any other non-default field is refused (never silently ignored).
 _CARRIED = ("max_new_tokens", "eos_token_id", "pad_token_id", "mask_token_id", "top_k", "top_p", "use_cache")
 _HARMLESS = {
+    "disable_compile",
     "transformers_version",
     "bos_token_id",
     "decoder_start_token_id",
@@ -190,6 +191,11 @@ def to_edit_config(
             "Pass max_new_tokens=..."
         )
     updates: dict[str, Any] = {key: fields[key] for key in _CARRIED if fields.get(key) is not None}
+    # transformers' "off" values for the filters
+    if updates.get("top_k") == 0:
+        updates["top_k"] = None
+    if updates.get("top_p") == 1.0:
+        updates["top_p"] = None
     if generation_config.do_sample:
         updates["temperature"] = float(generation_config.temperature or 1.0)
     elif "do_sample" in fields or "temperature" in fields:

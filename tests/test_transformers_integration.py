@@ -220,3 +220,28 @@ def test_terminal_streamer_highlights_edits(model):
 
 def TerminalEditStreamer_has(text, code):
     return code in text
+
+
+def test_trl_style_generation_call(model):
+    """The call TRL's GRPOTrainer makes (transformers path): a plain GenerationConfig built from its
+    generation kwargs, `input_ids` + `attention_mask` keywords, prompt + completion returned."""
+    from transformers import GenerationConfig
+
+    dllm_edit.patch_generate(model, cfg())
+    trl_config = GenerationConfig(
+        max_new_tokens=8,
+        do_sample=True,
+        pad_token_id=PAD,
+        bos_token_id=None,
+        eos_token_id=[EOS],
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        min_p=None,
+        repetition_penalty=1.0,
+        cache_implementation=None,
+        disable_compile=True,
+    )
+    ids = torch.tensor([[PAD, 5, 6, 7], [8, 9, 10, 11]])
+    out = model.generate(input_ids=ids, attention_mask=(ids != PAD).long(), generation_config=trl_config)
+    assert out.shape == (2, 12) and torch.equal(out[:, :4], ids)
