@@ -245,3 +245,18 @@ def test_trl_style_generation_call(model):
     ids = torch.tensor([[PAD, 5, 6, 7], [8, 9, 10, 11]])
     out = model.generate(input_ids=ids, attention_mask=(ids != PAD).long(), generation_config=trl_config)
     assert out.shape == (2, 12) and torch.equal(out[:, :4], ids)
+
+
+def test_mask_id_from_tokenizer_or_a_clear_error(model):
+    tok = tiny_tokenizer()
+    ids = torch.tensor([[5, 6, 7]])
+    out = dllm_edit.generate(model, ids, tokenizer=tok, max_new_tokens=4, block_length=4)  # <mask> from tok
+    assert out.sequences.shape == (1, 7)
+
+    class NoMask:
+        mask_token_id = None
+        eos_token_id = EOS
+        pad_token_id = PAD
+
+    with pytest.raises(ValueError, match="tokenizer"):
+        dllm_edit.generate(model, ids, tokenizer=NoMask(), max_new_tokens=4, block_length=4)
