@@ -1,5 +1,6 @@
 """Streamer, logits processors and the stutter guard inside the loop."""
 
+import pytest
 import torch
 from conftest import EOS, MASK, PAD
 from transformers import LogitsProcessorList, SuppressTokensLogitsProcessor
@@ -92,7 +93,6 @@ def test_trace_exports_to_json(llama_eager, tmp_path):
     plain = dllm_edit.generate(
         llama_eager, torch.tensor([[5, 6, 7]]), block_length=4, max_new_tokens=8, **IDS
     )
-    import pytest
 
     with pytest.raises(ValueError, match="output_trace=True"):
         plain.trace_to_json()
