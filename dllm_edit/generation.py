@@ -86,7 +86,7 @@ def _eos_done(canvas: torch.Tensor, layout: CanvasLayout, end: int, special: Spe
     region = canvas[:, :end]  # [B, end]
     gen = layout.generated[:, :end]  # [B, end]
     no_mask = ~((region == special.mask) & gen).any(-1)  # [B]
-    eos = torch.tensor(special.eos, device=canvas.device)  # [E]
+    eos = special.eos_tensor(canvas.device)  # [E]
     has_eos = (torch.isin(region, eos) & gen).any(-1)  # [B]
     return no_mask & has_eos
 
@@ -97,7 +97,7 @@ def _finalize(
     """Sequences `[B, W + G]` (cut after the first EOS, padded) and completion lengths `[B]`."""
     completion = canvas.gather(1, layout.output_index)  # [B, G]
     if special.eos:
-        is_eos = torch.isin(completion, torch.tensor(special.eos, device=canvas.device))  # [B, G]
+        is_eos = torch.isin(completion, special.eos_tensor(canvas.device))  # [B, G]
         after_first = (is_eos.long().cumsum(-1) - is_eos.long()) > 0  # [B, G] strictly after the first EOS
         completion = completion.masked_fill(after_first, special.pad)
         lengths = (~after_first).sum(-1)  # [B]

@@ -5,12 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 
 @dataclass(frozen=True)
 class SpecialTokens:
     mask: int
     eos: tuple[int, ...]
     pad: int
+
+    def eos_tensor(self, device: torch.device) -> torch.Tensor:
+        """The EOS ids as a LongTensor `[E]` (for `torch.isin`)."""
+        return torch.tensor(self.eos, dtype=torch.long, device=device)
 
 
 def _as_ids(value: Any) -> tuple[int, ...]:

@@ -64,7 +64,7 @@ class StreamBridge:
             return
         chunk = canvas[0, self.start + self.done : self.start + upto]  # [n]
         if self.special.eos:
-            hits = torch.isin(chunk, torch.tensor(self.special.eos, device=canvas.device)).nonzero()
+            hits = torch.isin(chunk, self.special.eos_tensor(canvas.device)).nonzero()
             if hits.numel():
                 chunk = chunk[: int(hits[0, 0]) + 1]
                 self.stopped = True

@@ -18,6 +18,17 @@ EOS = 1
 PAD = 0
 
 
+def left_pad(prompts):
+    """LongTensors `(ids, mask)` `[B, W]` of left-padded prompts (lists of ids), padding with PAD."""
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), PAD)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+        mask[i, width - len(p) :] = 1
+    return ids, mask
+
+
 # the shared shape of the tiny decoders used across the tests
 _TINY = dict(
     hidden_size=32,

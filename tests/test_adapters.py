@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import EOS, MASK, PAD, VOCAB
+from conftest import EOS, MASK, PAD, VOCAB, left_pad
 
 import dllm_edit
 from dllm_edit import adapters
@@ -167,16 +167,6 @@ class PositionTokenModel(torch.nn.Module):
         logits = torch.full((*input_ids.shape, VOCAB), -30.0)
         logits.scatter_(-1, self.token_of(position_ids)[..., None], 30.0)
         return _Out(logits)
-
-
-def left_pad(prompts):
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), PAD)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for i, p in enumerate(prompts):
-        ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-        mask[i, width - len(p) :] = 1
-    return ids, mask
 
 
 def assert_batch_equals_rows_alone(model, cfg, adapter=None, prompts=PROMPTS):

@@ -2,21 +2,11 @@
 
 import pytest
 import torch
-from conftest import EOS, MASK, PAD
+from conftest import EOS, MASK, PAD, left_pad
 
 import dllm_edit
 
 IDS = dict(mask_token_id=MASK, eos_token_id=EOS, pad_token_id=PAD)
-
-
-def left_pad(prompts):
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), PAD)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for i, p in enumerate(prompts):
-        ids[i, width - len(p) :] = torch.tensor(p)
-        mask[i, width - len(p) :] = 1
-    return ids, mask
 
 
 PROMPTS = [[5, 6, 7], [9, 10, 11, 12, 13, 14, 15], [20], [30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40]]

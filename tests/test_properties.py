@@ -3,7 +3,7 @@
 import tempfile
 
 import torch
-from conftest import EOS, MASK, PAD, tiny_llama
+from conftest import EOS, MASK, PAD, left_pad, tiny_llama
 from denoisers import BagDenoiser
 from hypothesis import given
 from hypothesis import strategies as st
@@ -38,16 +38,6 @@ configs = st.fixed_dictionaries(
         multi_block_edit=st.booleans(),
     )
 )
-
-
-def left_pad(rows):
-    width = max(map(len, rows))
-    ids = torch.full((len(rows), width), PAD)
-    mask = torch.zeros_like(ids)
-    for i, r in enumerate(rows):
-        ids[i, width - len(r) :] = torch.tensor(r)
-        mask[i, width - len(r) :] = 1
-    return ids, mask
 
 
 @given(rows=prompts, cfg=configs)

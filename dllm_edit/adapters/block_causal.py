@@ -10,7 +10,7 @@ from dllm_edit.layout import CanvasLayout
 
 from .attention import allowed_matrix, backend_mask
 from .base import ModelAdapter, attn_implementation, forward_kwargs, model_dtype, output_logits
-from .cache import crop_to
+from .cache import cached_length, crop_to
 
 
 class BlockCausalAdapter(ModelAdapter):
@@ -93,7 +93,7 @@ class _BlockCausalSession:
         self.rows = rows
 
     def _cached(self) -> int:
-        return 0 if self.cache is None else int(self.cache.get_seq_length())
+        return 0 if self.cache is None else cached_length(self.cache)
 
     def invalidate_from(self, block: int) -> None:
         if self.cache is not None:
