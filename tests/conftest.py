@@ -1,7 +1,14 @@
 import os
 
-import pytest
 import torch
+
+# The Triton kernels run on the CPU in Triton's interpreter, which triton reads when it is first
+# imported: switch it on before anything imports triton (the kernel tests, the doctests of the
+# kernels' triton modules). With CUDA, the kernels are compiled and run on the GPU instead.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -84,3 +91,26 @@ def llama_sdpa():
 @pytest.fixture(scope="session")
 def qwen3_sdpa():
     return tiny_qwen3("sdpa")
+
+
+def tiny_tokenizer(chat: bool = False):
+    """A word-level tokenizer over VOCAB ids (`<pad>`=PAD, `<eos>`=EOS, `w2`…, `<mask>`=MASK), built in
+    memory. With `chat=True`, ids 44 and 45 read `user` / `assistant`, and a whitespace chat template
+    is set."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = ["<pad>", "<eos>"] + [f"w{i}" for i in range(2, VOCAB - 1)] + ["<mask>"]
+    if chat:
+        words[44], words[45] = "user", "assistant"
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<pad>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", mask_token="<mask>", padding_side="left"
+    )
+    if chat:
+        fast.chat_template = (
+            "{% for m in messages %}{{ m['role'] }} {{ m['content'] }} {% endfor %}"
+            "{% if add_generation_prompt %}assistant {% endif %}"
+        )
+    return fast

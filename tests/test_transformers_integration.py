@@ -4,12 +4,11 @@ import io
 
 import pytest
 import torch
-from conftest import EOS, MASK, PAD, VOCAB, tiny_llama
+from conftest import EOS, MASK, PAD, VOCAB, tiny_llama, tiny_tokenizer
 from denoisers import BagDenoiser
 from transformers import (
     LogitsProcessorList,
     NoRepeatNGramLogitsProcessor,
-    PreTrainedTokenizerFast,
     StoppingCriteriaList,
     TextIteratorStreamer,
     pipeline,
@@ -19,19 +18,6 @@ from transformers.generation.streamers import TextDiffusionStreamer
 import dllm_edit
 
 IDS = dict(mask_token_id=MASK, eos_token_id=EOS, pad_token_id=PAD)
-
-
-def tiny_tokenizer():
-    """A word-level tokenizer over VOCAB ids, built in memory (no download)."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    words = ["<pad>", "<eos>"] + [f"w{i}" for i in range(2, VOCAB - 1)] + ["<mask>"]
-    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<pad>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", mask_token="<mask>", padding_side="left"
-    )
-    return fast
 
 
 def cfg(**kw):

@@ -1,7 +1,53 @@
-"""Edit-aware SFT and EBPO trainers (installed as `dllm_edit.trainers`).
+"""Trainers that teach diffusion LMs to edit (installed as `dllm_edit.trainers`).
 
-Not implemented yet: see the open issues "Edit-aware SFT trainer" and "EBPO trainer". This package
-exists so the installed layout (`dllm_edit.trainers`) is in place; it exports nothing.
+- `EditSFTConfig` / `EditSFTTrainer`: edit-aware SFT (LLaDA2.1 section 3.1), a TRL `SFTTrainer`.
+- `DecodeEvalCallback`: decode held-out prompts with the S / Q presets during training.
+- Torch-only building blocks, shared with other trainers: `corrupt_response` (the mask + random-token
+  corruption), `DiffusionForward` / `block_diffusion_allowed` (the vectorised block-diffusion forward
+  and its attention rule), `edit_objective` (the drafting + editing + clean loss).
+
+The TRL-based classes need the `train` extra (`pip install "dllm-edit[train]"`); they are imported
+on first use, so the building blocks work without TRL.
 """
 
-__all__: list[str] = []
+from __future__ import annotations
+
+from typing import Any
+
+from .corruption import Corruption, corrupt_response
+from .diffusion_forward import DiffusionForward, block_diffusion_allowed, resolve_attention_form
+from .objective import ObjectiveTerms, edit_objective
+
+_LAZY = {
+    "EditSFTConfig": ".sft_config",
+    "EditSFTTrainer": ".sft_trainer",
+    "DecodeEvalCallback": ".callbacks",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        try:
+            module = importlib.import_module(_LAZY[name], __name__)
+        except ImportError as err:
+            raise ImportError(
+                f"dllm_edit.trainers.{name} needs the training extra: pip install \"dllm-edit[train]\" ({err})."
+            ) from err
+        return getattr(module, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [
+    "Corruption",
+    "DecodeEvalCallback",
+    "DiffusionForward",
+    "EditSFTConfig",
+    "EditSFTTrainer",
+    "ObjectiveTerms",
+    "block_diffusion_allowed",
+    "corrupt_response",
+    "edit_objective",
+    "resolve_attention_form",
+]

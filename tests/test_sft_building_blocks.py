@@ -1,0 +1,170 @@
+"""Corruption, the block-diffusion attention rule and forward, and the mixed objective (torch only)."""
+
+import math
+
+import pytest
+import torch
+from conftest import MASK, VOCAB, tiny_llama
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dllm_edit.adapters.attention import allowed_matrix, backend_mask
+from dllm_edit.trainers import (
+    DiffusionForward,
+    block_diffusion_allowed,
+    corrupt_response,
+    edit_objective,
+)
+
+
+def _batch(lengths, prompt_lengths, width):
+    """Right-padded random ids `[B, W]`, response mask `[B, W]` and valid mask `[B, W]`."""
+    gen = torch.Generator().manual_seed(sum(lengths) + width)
+    ids = torch.randint(2, VOCAB - 1, (len(lengths), width), generator=gen)
+    pos = torch.arange(width)[None]
+    valid = pos < torch.tensor(lengths)[:, None]
+    response = valid & (pos >= torch.tensor(prompt_lengths)[:, None])
+    return ids, response, valid
+
+
+@given(
+    rows=st.lists(st.tuples(st.integers(1, 12), st.integers(0, 12)), min_size=1, max_size=4),
+    mask_rate=st.tuples(st.floats(0, 1), st.floats(0, 1)).map(sorted),
+    edit_rate=st.tuples(st.floats(0, 1), st.floats(0, 1)).map(sorted),
+    block=st.one_of(st.none(), st.integers(1, 5)),
+    seed=st.integers(0, 2**16),
+)
+def test_corruption_respects_prompt_padding_and_kinds(rows, mask_rate, edit_rate, block, seed):
+    lengths = [p + r for p, r in rows]
+    ids, response, valid = _batch(lengths, [p for p, _ in rows], max(lengths))
+    special = (0, 1)
+    c = corrupt_response(
+        ids, response, mask_token_id=MASK, vocab_size=VOCAB, mask_rate=tuple(mask_rate),
+        edit_rate=tuple(edit_rate), block_length=block, never_sample=special,
+        generator=torch.Generator().manual_seed(seed),
+    )
+    assert torch.equal(c.noisy[~response], ids[~response])  # prompt and padding never noised
+    assert not (c.masked & c.replaced).any()
+    assert not ((c.masked | c.replaced) & ~response).any()
+    assert torch.equal(c.masked, c.noisy == MASK)
+    assert torch.equal(c.replaced, (c.noisy != ids) & ~c.masked)  # a replacement always changes the token
+    replaced_tokens = c.noisy[c.replaced]
+    assert not torch.isin(replaced_tokens, torch.tensor([MASK, *special])).any()
+    assert ((c.mask_rate >= mask_rate[0] - 1e-6) & (c.mask_rate <= mask_rate[1] + 1e-6)).all()
+    if block is not None:  # one rate per block
+        per_block = c.mask_rate[:, :: block].repeat_interleave(block, dim=1)[:, : ids.shape[1]]
+        assert torch.equal(per_block, c.mask_rate)
+    again = corrupt_response(
+        ids, response, mask_token_id=MASK, vocab_size=VOCAB, mask_rate=tuple(mask_rate),
+        edit_rate=tuple(edit_rate), block_length=block, never_sample=special,
+        generator=torch.Generator().manual_seed(seed),
+    )
+    assert torch.equal(again.noisy, c.noisy)  # the generator is the only source of randomness
+
+
+def test_corruption_rates_match_on_average():
+    ids, response, _ = _batch([64] * 400, [16] * 400, 64)
+    c = corrupt_response(
+        ids, response, mask_token_id=MASK, vocab_size=VOCAB, mask_rate=(0.2, 0.6), edit_rate=(0.1, 0.1),
+        generator=torch.Generator().manual_seed(0),
+    )
+    n = response.sum()
+    masked = c.masked.sum() / n
+    assert abs(masked.item() - 0.4) < 0.02  # E[t] = 0.4
+    unmasked = (response & ~c.masked).sum()
+    # a replacement drawing the original token (1 in 45 here) stays clean
+    assert abs((c.replaced.sum() / unmasked).item() - 0.1 * 44 / 45) < 0.01
+    full = corrupt_response(ids, response, mask_token_id=MASK, vocab_size=VOCAB, mask_rate=(1.0, 1.0))
+    assert torch.equal(full.masked, response)
+
+
+@pytest.mark.parametrize("bad", [dict(mask_rate=(-0.1, 0.5)), dict(mask_rate=(0.6, 0.5)), dict(edit_rate=(0, 1.5))])
+def test_corruption_refuses_bad_rates(bad):
+    ids, response, _ = _batch([8], [2], 8)
+    with pytest.raises(ValueError, match="rate"):
+        corrupt_response(ids, response, mask_token_id=MASK, vocab_size=VOCAB, **bad)
+
+
+@given(
+    lengths=st.lists(st.integers(1, 11), min_size=1, max_size=3),
+    extra=st.integers(0, 3),
+    block=st.integers(1, 5),
+)
+def test_block_diffusion_attention_rule_holds_for_every_pair(lengths, extra, block):
+    width = max(lengths) + extra
+    valid = torch.arange(width)[None] < torch.tensor(lengths)[:, None]  # [B, T]
+    allowed = block_diffusion_allowed(valid, block)  # [B, 2T, 2T]
+    for b, length in enumerate(lengths):
+        for q in range(2 * width):
+            for k in range(2 * width):
+                q_noisy, k_noisy = q >= width, k >= width
+                qi, ki = q % width, k % width
+                qb, kb = qi // block, ki // block
+                if ki >= length:  # padding key: only a padding query's own slot
+                    expected = qi >= length and q == k
+                elif not q_noisy:
+                    expected = not k_noisy and kb <= qb
+                else:
+                    expected = (k_noisy and kb == qb) or (not k_noisy and kb < qb)
+                if qi >= length and q == k:
+                    expected = True
+                assert bool(allowed[b, q, k]) == expected, (b, q, k)
+
+
+def _naive_block_logits(model, noisy, clean, valid, block):
+    """Block by block: block k of `noisy` after the clean blocks before it, block-causal attention."""
+    batch, width = noisy.shape
+    outs = []
+    for start in range(0, width, block):
+        ids = torch.cat([clean[:, :start], noisy[:, start : start + block]], dim=1)  # [B, start + bl]
+        slots = torch.arange(ids.shape[1])
+        allowed = allowed_matrix(
+            slots, slots // block, slots, torch.zeros_like(slots, dtype=torch.bool), valid, block
+        )  # [B, Q, K]
+        mask = backend_mask(allowed, model.config._attn_implementation, model.dtype)
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=slots.expand(batch, -1)).logits
+        outs.append(logits[:, start:])
+    return torch.cat(outs, dim=1)  # [B, T, V]
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_vectorised_block_diffusion_equals_naive_block_loop(attn):
+    model = tiny_llama(attn, seed=3)
+    ids, response, valid = _batch([12, 9, 5], [3, 4, 2], 12)
+    c = corrupt_response(ids, response, mask_token_id=MASK, vocab_size=VOCAB, mask_rate=(0.3, 0.9),
+                         generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        fast = DiffusionForward(model, "block_diffusion", block_length=4)(c.noisy, ids, valid)
+        slow = _naive_block_logits(model, c.noisy, ids, valid, 4)
+    torch.testing.assert_close(fast[valid], slow[valid], atol=1e-4, rtol=1e-4)
+    kw = dict(mask_token_id=MASK, mask_rate=c.mask_rate)
+    loss_fast = edit_objective(fast, c.noisy, ids, response, **kw).loss
+    loss_slow = edit_objective(slow, c.noisy, ids, response, **kw).loss
+    torch.testing.assert_close(loss_fast, loss_slow, atol=1e-5, rtol=1e-5)
+
+
+def test_bidirectional_form_is_full_attention_over_valid_tokens():
+    model = tiny_llama("sdpa", seed=4)
+    ids, _, valid = _batch([7, 5], [0, 0], 7)
+    with torch.no_grad():
+        logits = DiffusionForward(model, "bidirectional", block_length=4)(ids, ids, valid)
+        alone = model(input_ids=ids[1:, :5], attention_mask=torch.ones(1, 1, 5, 5, dtype=torch.bool)).logits
+    torch.testing.assert_close(logits[1, :5], alone[0], atol=1e-4, rtol=1e-4)
+
+
+def test_objective_terms_and_weights():
+    logits = torch.zeros(1, 4, 4)  # uniform: every nll is log 4
+    clean = torch.tensor([[1, 2, 3, 2]])
+    noisy = torch.tensor([[0, 2, 1, 2]])  # drafting, clean, editing, (prompt)
+    response = torch.tensor([[True, True, True, False]])
+    rate = torch.full((1, 4), 0.25)
+    terms = edit_objective(logits, noisy, clean, response, mask_token_id=0, mask_rate=rate,
+                           edit_loss_weight=2.0, clean_loss_weight=0.5)
+    log4 = math.log(4)
+    assert terms.counts.tolist() == [1.0, 1.0, 1.0]
+    torch.testing.assert_close(terms.nll_sums, torch.full((3,), log4))
+    torch.testing.assert_close(terms.loss, torch.tensor((4.0 + 2.0 + 0.5) * log4 / 3))  # 1/t = 4
+    halved = edit_objective(logits, noisy, clean, response, mask_token_id=0, mask_rate=rate, normalizer=6)
+    torch.testing.assert_close(halved.loss, torch.tensor((4.0 + 1.0 + 1.0) * log4 / 6))
+    with pytest.raises(ValueError, match="mask_loss_weighting"):
+        edit_objective(logits, noisy, clean, response, mask_token_id=0, mask_rate=rate, mask_loss_weighting="t")

@@ -1,0 +1,148 @@
+"""Corruption of training examples for the mixed Mask-to-Token + Token-to-Token objective.
+
+LLaDA2.1 (section 3.1) trains two streams at once: a *drafting* stream that predicts masked
+tokens (M2T) and an *editing* stream that recovers original tokens from random-noise perturbations
+(T2T). Here each response position of an example ends up in one of three states:
+
+- **masked** with probability `t` (the example's, or the block's, mask rate, `t ~ U[t_min, t_max]`);
+- **replaced** by a random vocabulary token with probability `e` among the positions not masked
+  (`e ~ U[e_min, e_max]`, drawn like `t`);
+- **clean** otherwise (left as it is).
+
+Prompt positions (and padding) are never touched. All randomness comes from the `generator` passed
+in, so a batch is corrupted identically whenever the same generator state is used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Corruption:
+    """A corrupted batch.
+
+    Attributes:
+        noisy: LongTensor `[B, T]`, the model input `x_t`.
+        masked: BoolTensor `[B, T]`, positions replaced by the mask token.
+        replaced: BoolTensor `[B, T]`, positions replaced by a different random token.
+        mask_rate: FloatTensor `[B, T]`, the mask rate `t` drawn for each position's example (or block).
+    """
+
+    noisy: torch.Tensor
+    masked: torch.Tensor
+    replaced: torch.Tensor
+    mask_rate: torch.Tensor
+
+
+def check_rate_range(name: str, low: float, high: float) -> None:
+    """Raise a ValueError unless `0 <= low <= high <= 1` (rates of `name`)."""
+    if not (0.0 <= low <= 1.0 and 0.0 <= high <= 1.0):
+        raise ValueError(
+            f"`{name}` rates must lie in [0, 1], got min={low!r}, max={high!r}. They are fractions of the "
+            "response tokens; pass values such as min=0.1, max=1.0."
+        )
+    if low > high:
+        raise ValueError(f"`{name}` min must not exceed max, got min={low!r} > max={high!r}. Swap them.")
+
+
+def sample_rates(
+    shape: tuple[int, int],
+    low: float,
+    high: float,
+    block_length: int | None,
+    generator: torch.Generator | None,
+) -> torch.Tensor:
+    """Draw a rate `U[low, high]` per row (`block_length=None`) or per block of each row.
+
+    Returns:
+        FloatTensor `[B, T]` on the generator's device (CPU without a generator), constant over each
+        row or block.
+    """
+    batch, length = shape
+    device = generator.device if generator is not None else torch.device("cpu")
+    groups = 1 if block_length is None else -(-length // block_length)
+    u = torch.rand((batch, groups), generator=generator, device=device)  # [B, G]
+    rates = low + (high - low) * u  # [B, G]
+    if block_length is None:
+        return rates.expand(batch, length)  # [B, T]
+    return rates.repeat_interleave(block_length, dim=1)[:, :length]  # [B, T]
+
+
+def corrupt_response(
+    input_ids: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    mask_token_id: int,
+    vocab_size: int,
+    mask_rate: tuple[float, float] = (0.1, 1.0),
+    edit_rate: tuple[float, float] = (0.0, 0.2),
+    block_length: int | None = None,
+    never_sample: Sequence[int] = (),
+    generator: torch.Generator | None = None,
+) -> Corruption:
+    """Mask and randomly replace response tokens (see the module docstring).
+
+    Args:
+        input_ids: LongTensor `[B, T]`, the clean sequences `x_0`.
+        response_mask: BoolTensor `[B, T]`, the positions that may be corrupted (the response; never
+            the prompt or padding).
+        mask_token_id: id written at masked positions.
+        vocab_size: random replacements are drawn from `[0, vocab_size)`.
+        mask_rate: `(t_min, t_max)`; `t ~ U[t_min, t_max]` per example (or per block).
+        edit_rate: `(e_min, e_max)`; fraction of the not-masked response positions replaced.
+        block_length: draw the rates per block of this many positions instead of per example.
+        never_sample: token ids random replacements never use (the mask token is always excluded;
+            pass the tokenizer's special ids so noise looks like ordinary text).
+        generator: source of all randomness (its device is where the noise is drawn).
+
+    Returns:
+        A `Corruption`. A replacement that happens to draw the original token is not counted as
+        replaced (it is clean).
+
+    Raises:
+        ValueError: rates outside [0, 1] or min > max, shapes that differ, or a vocabulary with no
+            token left to sample.
+
+    Examples:
+        >>> import torch
+        >>> ids = torch.tensor([[5, 6, 7, 8, 9, 10]])
+        >>> response = torch.tensor([[False, False, True, True, True, True]])
+        >>> c = corrupt_response(ids, response, mask_token_id=0, vocab_size=16, mask_rate=(1.0, 1.0),
+        ...                      generator=torch.Generator().manual_seed(0))
+        >>> c.noisy.tolist()  # the prompt is kept, every response token masked
+        [[5, 6, 0, 0, 0, 0]]
+    """
+    check_rate_range("mask_rate", *mask_rate)
+    check_rate_range("edit_rate", *edit_rate)
+    if input_ids.shape != response_mask.shape:
+        raise ValueError(
+            f"`response_mask` must have the shape of `input_ids` {tuple(input_ids.shape)}, got "
+            f"{tuple(response_mask.shape)}."
+        )
+    excluded = {int(mask_token_id), *(int(i) for i in never_sample)}
+    allowed = torch.tensor([i for i in range(vocab_size) if i not in excluded], dtype=torch.long)  # [A]
+    if allowed.numel() == 0:
+        raise ValueError(
+            f"No token is left to draw random replacements from: vocab_size={vocab_size} and "
+            f"{len(excluded)} excluded ids. Pass a smaller `never_sample`."
+        )
+    device = input_ids.device
+    shape = (input_ids.shape[0], input_ids.shape[1])
+    response = response_mask.to(device=device, dtype=torch.bool)  # [B, T]
+    noise_device = generator.device if generator is not None else torch.device("cpu")
+
+    t = sample_rates(shape, *mask_rate, block_length, generator)  # [B, T]
+    masked = response & (torch.rand(shape, generator=generator, device=noise_device) < t).to(device)
+    e = sample_rates(shape, *edit_rate, block_length, generator)  # [B, T]
+    draw_edit = torch.rand(shape, generator=generator, device=noise_device) < e  # [B, T]
+    pick = torch.randint(0, allowed.numel(), shape, generator=generator, device=noise_device)  # [B, T]
+    random_tokens = allowed.to(noise_device)[pick].to(device)  # [B, T]
+    replaced = response & ~masked & draw_edit.to(device) & (random_tokens != input_ids)  # [B, T]
+
+    noisy = torch.where(replaced, random_tokens, input_ids)  # [B, T]
+    noisy = noisy.masked_fill(masked, mask_token_id)  # [B, T]
+    return Corruption(noisy=noisy, masked=masked, replaced=replaced, mask_rate=t.to(device))

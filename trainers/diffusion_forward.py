@@ -1,0 +1,181 @@
+"""One training forward of a diffusion LM on a corrupted batch: logits at the noisy positions.
+
+Three forms, picked from the model's decoding adapter (or named explicitly):
+
+- `"block_diffusion"` (block-causal models such as LLaDA2.x): the vectorised block-diffusion form.
+  The input is the clean copy `x_0` followed by the noisy copy `x_t` (`[x_0 ⊕ x_t]`, length `2T`),
+  both copies reusing position ids `0..T-1`, under the attention rule
+
+  | query \\ key | clean block j                | noisy block j   |
+  |--------------|------------------------------|-----------------|
+  | clean block i| j <= i (block-causal)        | never           |
+  | noisy block i| j < i (strictly earlier)     | j == i          |
+
+  so that every noisy block is predicted from the clean past and its own noisy block, exactly what
+  it sees at inference with a cache of finished blocks; all blocks train in one forward. (The clean
+  copy goes first so that `logits_to_keep` returns only the noisy half.)
+- `"bidirectional"`: full attention over `x_t` (LLaDA-style models), 4-D mask hiding padding.
+- `"masked_lm"`: `x_t` with a 2-D padding mask (BERT-family masked LMs).
+
+Padding keys are always hidden; a padding query attends to itself only, so no softmax row is empty.
+The 4-D masks go through `dllm_edit.adapters.attention.backend_mask`, the form the decoding engine
+uses, so training and decoding see the same attention.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+
+from dllm_edit.adapters import detect_adapter
+from dllm_edit.adapters.attention import backend_mask
+from dllm_edit.adapters.base import attn_implementation, forward_kwargs, model_dtype, output_logits
+
+AttentionForm = Literal["block_diffusion", "bidirectional", "masked_lm"]
+ATTENTION_FORMS: tuple[str, ...] = ("block_diffusion", "bidirectional", "masked_lm")
+
+# Decoding adapters (`dllm_edit.adapters`) and the training form that matches each.
+_FORM_OF_ADAPTER = {
+    "block_causal": "block_diffusion",
+    "bidirectional": "bidirectional",
+    "bidirectional_approx_cache": "bidirectional",
+    "masked_lm": "masked_lm",
+}
+
+
+def block_diffusion_allowed(valid: torch.Tensor, block_length: int) -> torch.Tensor:
+    """The attention rule of vectorised block-diffusion training over `[x_0 ⊕ x_t]`.
+
+    Args:
+        valid: BoolTensor `[B, T]`, non-padding positions.
+        block_length: tokens per block.
+
+    Returns:
+        BoolTensor `[B, 2T, 2T]`: entry `[b, q, k]` says whether query `q` may attend to key `k`
+        (indices `< T` are the clean copy, `>= T` the noisy copy).
+
+    Examples:
+        >>> import torch
+        >>> allowed = block_diffusion_allowed(torch.ones(1, 4, dtype=torch.bool), block_length=2)
+        >>> allowed[0].int().tolist()  # rows: clean 0-3, noisy 0-3; columns likewise
+        [[1, 1, 0, 0, 0, 0, 0, 0], [1, 1, 0, 0, 0, 0, 0, 0], [1, 1, 1, 1, 0, 0, 0, 0], [1, 1, 1, 1, 0, 0, 0, 0], [0, 0, 0, 0, 1, 1, 0, 0], [0, 0, 0, 0, 1, 1, 0, 0], [1, 1, 0, 0, 0, 0, 1, 1], [1, 1, 0, 0, 0, 0, 1, 1]]
+    """  # noqa: E501
+    length = valid.shape[1]
+    device = valid.device
+    block = torch.arange(length, device=device) // block_length  # [T]
+    q_block, k_block = block[:, None], block[None, :]  # [T, 1], [1, T]
+    clean_clean = k_block <= q_block  # [T, T]
+    noisy_clean = k_block < q_block  # [T, T]
+    noisy_noisy = k_block == q_block  # [T, T]
+    never = torch.zeros_like(clean_clean)  # [T, T] clean never sees noisy
+    rule = torch.cat(
+        [torch.cat([clean_clean, never], dim=1), torch.cat([noisy_clean, noisy_noisy], dim=1)], dim=0
+    )  # [2T, 2T]
+    key_valid = torch.cat([valid, valid], dim=1).bool()  # [B, 2T]
+    allowed = rule[None] & key_valid[:, None, :]  # [B, 2T, 2T]
+    self_only = torch.eye(2 * length, dtype=torch.bool, device=device)  # [2T, 2T]
+    return allowed | (~key_valid[:, :, None] & self_only[None])  # [B, 2T, 2T]
+
+
+def bidirectional_allowed(valid: torch.Tensor) -> torch.Tensor:
+    """Full attention over the valid positions. `valid`: `[B, T]` → BoolTensor `[B, T, T]`."""
+    valid = valid.bool()
+    allowed = valid[:, None, :].expand(-1, valid.shape[1], -1)  # [B, T, T]
+    self_only = torch.eye(valid.shape[1], dtype=torch.bool, device=valid.device)  # [T, T]
+    return allowed | (~valid[:, :, None] & self_only[None])  # [B, T, T]
+
+
+def resolve_attention_form(model: Any, requested: str) -> AttentionForm:
+    """`requested` itself, or for `"auto"` the form matching the model's decoding adapter.
+
+    Raises:
+        ValueError: unknown form, or `"auto"` on a model whose adapter has no training form (Dream-style
+            shifted models).
+    """
+    if requested in ATTENTION_FORMS:
+        return requested  # type: ignore[return-value]
+    if requested != "auto":
+        raise ValueError(
+            f"`diffusion_attention` must be 'auto' or one of {list(ATTENTION_FORMS)}, got {requested!r}."
+        )
+    adapter = detect_adapter(unwrap(model))
+    if adapter not in _FORM_OF_ADAPTER:
+        raise ValueError(
+            f"The model decodes with the {adapter!r} adapter, which has no training form here. Set "
+            f"`diffusion_attention` to one of {list(ATTENTION_FORMS)} explicitly."
+        )
+    return _FORM_OF_ADAPTER[adapter]  # type: ignore[return-value]
+
+
+def unwrap(model: Any) -> Any:
+    """The transformers model inside DDP / PEFT wrappers (for reading its config and signature)."""
+    while hasattr(model, "module") and isinstance(model.module, torch.nn.Module):
+        model = model.module
+    get_base = getattr(model, "get_base_model", None)
+    return get_base() if callable(get_base) else model
+
+
+class DiffusionForward:
+    """Runs a model on a corrupted batch in one of the training forms (see the module docstring).
+
+    Args:
+        model: a transformers model (possibly PEFT- or DDP-wrapped) with a language-modelling head.
+        form: `"block_diffusion"`, `"bidirectional"` or `"masked_lm"`.
+        block_length: tokens per block (block diffusion).
+
+    Examples:
+        >>> import torch
+        >>> from transformers import LlamaConfig, LlamaForCausalLM
+        >>> model = LlamaForCausalLM(LlamaConfig(vocab_size=16, hidden_size=16, intermediate_size=32,
+        ...     num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1))
+        >>> forward = DiffusionForward(model, "block_diffusion", block_length=4)
+        >>> clean = torch.randint(0, 16, (2, 8))
+        >>> forward(clean, clean, torch.ones(2, 8, dtype=torch.bool)).shape
+        torch.Size([2, 8, 16])
+    """
+
+    def __init__(self, model: Any, form: AttentionForm, block_length: int) -> None:
+        if form not in ATTENTION_FORMS:
+            raise ValueError(f"`form` must be one of {list(ATTENTION_FORMS)}, got {form!r}.")
+        self.model = model
+        self.form = form
+        self.block_length = block_length
+        inner = unwrap(model)
+        accepted = forward_kwargs(inner)
+        self.pass_positions = "position_ids" in accepted or "kwargs" in accepted
+        self.pass_logits_to_keep = "logits_to_keep" in accepted
+        self.attn = attn_implementation(inner)
+        self.dtype = model_dtype(inner)
+
+    def __call__(self, noisy: torch.Tensor, clean: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """Logits `[B, T, V]` at the positions of the noisy copy.
+
+        Args:
+            noisy: LongTensor `[B, T]`, `x_t`.
+            clean: LongTensor `[B, T]`, `x_0` (read by the block-diffusion form only).
+            valid: BoolTensor `[B, T]`, non-padding positions.
+        """
+        batch, length = noisy.shape
+        positions = torch.arange(length, device=noisy.device).expand(batch, length)  # [B, T]
+        kwargs: dict[str, Any] = {"use_cache": False}
+        if self.form == "masked_lm":
+            kwargs.update(input_ids=noisy, attention_mask=valid.long())
+            return output_logits(self.model, self.model(**kwargs))
+        if self.form == "bidirectional":
+            allowed = bidirectional_allowed(valid)  # [B, T, T]
+            kwargs.update(input_ids=noisy, attention_mask=backend_mask(allowed, self.attn, self.dtype))
+            if self.pass_positions:
+                kwargs["position_ids"] = positions
+            return output_logits(self.model, self.model(**kwargs))
+        allowed = block_diffusion_allowed(valid, self.block_length)  # [B, 2T, 2T]
+        kwargs.update(
+            input_ids=torch.cat([clean, noisy], dim=1),  # [B, 2T]
+            attention_mask=backend_mask(allowed, self.attn, self.dtype),  # [B, 1, 2T, 2T]
+        )
+        if self.pass_positions:
+            kwargs["position_ids"] = torch.cat([positions, positions], dim=1)  # [B, 2T]
+        if self.pass_logits_to_keep:
+            kwargs["logits_to_keep"] = length
+        logits = output_logits(self.model, self.model(**kwargs))  # [B, T or 2T, V]
+        return logits[:, -length:]  # [B, T, V]

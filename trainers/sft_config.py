@@ -1,0 +1,168 @@
+"""`EditSFTConfig`: TRL's `SFTConfig` plus the fields of edit-aware diffusion SFT."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from trl import SFTConfig
+
+from .corruption import check_rate_range
+from .diffusion_forward import ATTENTION_FORMS
+from .objective import MASK_LOSS_WEIGHTINGS
+
+NOISE_GRANULARITIES = ("sequence", "block")
+
+
+@dataclass
+class EditSFTConfig(SFTConfig):
+    r"""Configuration of `EditSFTTrainer`: every field of TRL's `SFTConfig` plus the ones below.
+
+    It parses with `TrlParser` / `HfArgumentParser` and loads from YAML like any TRL config. Defaults
+    that differ from `SFTConfig`: `bf16` is on only when a CUDA device supports it (TRL turns it on
+    everywhere), and `packing` / `padding_free` are refused (block-diffusion attention needs one
+    example per row).
+
+    Parameters:
+        > Corruption (LLaDA2.1 section 3.1: drafting stream + editing stream)
+
+        mask_rate_min, mask_rate_max (`float`, defaults 0.1, 1.0):
+            Mask rate `t ~ U[min, max]` drawn per example (or per block, `noise_granularity="block"`):
+            the fraction of response tokens replaced by the mask token (drafting stream, M2T).
+        edit_rate_min, edit_rate_max (`float`, defaults 0.0, 0.2):
+            Fraction `e ~ U[min, max]` of the response tokens left unmasked that are replaced by
+            random tokens (editing stream, T2T). Both 0 gives plain M2T (masked-diffusion) SFT.
+        noise_granularity (`str`, default `"sequence"`): draw `t` and `e` per `"sequence"` or per
+            `"block"`.
+
+        > Loss
+
+        mask_loss_weighting (`str`, default `"inverse_t"`): weight of the drafting term, `1/t` (the
+            masked-diffusion ELBO weighting) or `"none"`.
+        edit_loss_weight (`float`, default 1.0): `λ_edit`, weight of the editing term (positions
+            holding a wrong token).
+        clean_loss_weight (`float`, default 1.0): `λ_clean`, weight of the clean term (positions
+            holding the right token). `> 0` calibrates confidence on right tokens, which the T2T
+            threshold rule needs; with editing noise on, 0 teaches the model that every visible token
+            is suspect.
+
+        > Multi-turn Forward (MTF)
+
+        mtf_turns (`int`, default 1): forwards per example. 1 is MTF off; `k > 1` adds `k - 1` turns,
+            each on a draft built from the previous turn's detached argmax predictions, trained to
+            recover the clean tokens (the model sees its own kind of errors, not only uniform noise).
+        mtf_fill_rate (`float`, default 0.5): fraction of the still-masked positions each extra turn
+            fills with the model's predictions.
+
+        > Model and sequence
+
+        mask_token_id (`int`, optional): the mask token; default: the tokenizer's `mask_token_id`,
+            then the model config's `mask_token_id`.
+        block_length (`int`, default 32): tokens per block (LLaDA2.x use 32). Sequences are padded to a
+            multiple of it.
+        diffusion_attention (`str`, default `"auto"`): `"block_diffusion"`, `"bidirectional"`,
+            `"masked_lm"`, or `"auto"` (from the model's decoding adapter, see `dllm_edit.adapters`).
+        pad_response_with_eos (`bool`, default True): extend each response with supervised EOS tokens
+            to the end of its last block, as block decoding fills a block after the answer ends.
+        noise_seed (`int`, optional): seed of the corruption noise; default `seed`. The noise of a
+            micro-batch depends only on this seed, the optimizer step, the micro-batch index and the
+            process rank, so resuming from a checkpoint reproduces it.
+
+    Examples:
+        >>> from dllm_edit.trainers import EditSFTConfig
+        >>> cfg = EditSFTConfig(output_dir="out", edit_rate_max=0.3, report_to="none")
+        >>> cfg.edit_rate_max, cfg.clean_loss_weight
+        (0.3, 1.0)
+    """
+
+    mask_token_id: int | None = field(
+        default=None,
+        metadata={"help": "Mask token id. Default: the tokenizer's mask_token_id, then the model config's."},
+    )
+    block_length: int = field(default=32, metadata={"help": "Tokens per block (LLaDA2.x use 32)."})
+    diffusion_attention: str = field(
+        default="auto",
+        metadata={
+            "help": "Training attention: 'block_diffusion' (block-causal models, vectorised [x_0 ⊕ x_t]), "
+            "'bidirectional', 'masked_lm', or 'auto' (from the model's decoding adapter).",
+            "choices": ["auto", *ATTENTION_FORMS],
+        },
+    )
+    mask_rate_min: float = field(default=0.1, metadata={"help": "Lowest mask rate t (drafting stream)."})
+    mask_rate_max: float = field(default=1.0, metadata={"help": "Highest mask rate t (drafting stream)."})
+    edit_rate_min: float = field(
+        default=0.0, metadata={"help": "Lowest fraction of unmasked response tokens replaced by noise."}
+    )
+    edit_rate_max: float = field(
+        default=0.2, metadata={"help": "Highest fraction of unmasked response tokens replaced by noise."}
+    )
+    noise_granularity: str = field(
+        default="sequence",
+        metadata={"help": "Draw the rates per 'sequence' or per 'block'.", "choices": list(NOISE_GRANULARITIES)},
+    )
+    mask_loss_weighting: str = field(
+        default="inverse_t",
+        metadata={
+            "help": "Weight of the drafting term: 'inverse_t' (1/t, the ELBO weighting) or 'none'.",
+            "choices": list(MASK_LOSS_WEIGHTINGS),
+        },
+    )
+    edit_loss_weight: float = field(default=1.0, metadata={"help": "λ_edit: weight of the editing term."})
+    clean_loss_weight: float = field(
+        default=1.0, metadata={"help": "λ_clean: weight of the term on positions already right."}
+    )
+    mtf_turns: int = field(
+        default=1, metadata={"help": "Forwards per example; 1 = Multi-turn Forward off, 2 = one extra turn."}
+    )
+    mtf_fill_rate: float = field(
+        default=0.5,
+        metadata={"help": "Fraction of still-masked positions each extra MTF turn fills with predictions."},
+    )
+    pad_response_with_eos: bool = field(
+        default=True,
+        metadata={"help": "Extend responses with supervised EOS tokens to the end of their last block."},
+    )
+    noise_seed: int | None = field(default=None, metadata={"help": "Seed of the corruption noise (default: seed)."})
+
+    def __post_init__(self) -> None:
+        if self.bf16 is None and not self.fp16:
+            self.bf16 = bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+        super().__post_init__()
+        self.validate_edit_fields()
+
+    def validate_edit_fields(self) -> None:
+        """Check the edit-SFT fields; raise a ValueError naming the field, the constraint and the fix."""
+        check_rate_range("mask_rate", self.mask_rate_min, self.mask_rate_max)
+        check_rate_range("edit_rate", self.edit_rate_min, self.edit_rate_max)
+        if self.mask_rate_max <= 0:
+            raise ValueError(
+                "`mask_rate_max` must be > 0: with no masked token the drafting stream (M2T) has nothing to "
+                f"learn, got {self.mask_rate_max!r}."
+            )
+        if not 0.0 <= self.mtf_fill_rate <= 1.0:
+            raise ValueError(f"`mtf_fill_rate` must lie in [0, 1], got {self.mtf_fill_rate!r}.")
+        if not isinstance(self.block_length, int) or self.block_length < 1:
+            raise ValueError(f"`block_length` must be a positive int, got {self.block_length!r}.")
+        if not isinstance(self.mtf_turns, int) or self.mtf_turns < 1:
+            raise ValueError(f"`mtf_turns` must be an int >= 1 (1 = MTF off), got {self.mtf_turns!r}.")
+        for name, allowed in (
+            ("diffusion_attention", ("auto", *ATTENTION_FORMS)),
+            ("noise_granularity", NOISE_GRANULARITIES),
+            ("mask_loss_weighting", MASK_LOSS_WEIGHTINGS),
+        ):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"`{name}` must be one of {list(allowed)}, got {getattr(self, name)!r}.")
+        for name in ("edit_loss_weight", "clean_loss_weight"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"`{name}` must be >= 0, got {getattr(self, name)!r}.")
+        if self.packing or self.padding_free:
+            raise ValueError(
+                "`packing` and `padding_free` are not supported by EditSFTConfig: block-diffusion attention "
+                "needs one example per row. Set packing=False and padding_free=False."
+            )
+        if isinstance(self.pad_to_multiple_of, int) and self.pad_to_multiple_of % self.block_length:
+            raise ValueError(
+                f"`pad_to_multiple_of`={self.pad_to_multiple_of} is not a multiple of `block_length`="
+                f"{self.block_length}; sequences must end on a block boundary. Leave it unset (the trainer "
+                "pads to the block length) or use a multiple of the block length."
+            )

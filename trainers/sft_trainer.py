@@ -1,0 +1,347 @@
+"""`EditSFTTrainer`: TRL's `SFTTrainer` with the edit-aware diffusion objective.
+
+Only documented hooks are overridden: `compute_loss` (corruption → diffusion forward(s) → mixed
+objective), `_prepare_dataset` (EOS extension of responses to a block boundary, after TRL's own
+preparation), `prediction_step` (loss only) and `log` (the three loss terms). Tokenization, chat
+templates, truncation, LoRA via `peft_config`, gradient checkpointing, accelerate / FSDP /
+DeepSpeed and checkpointing are TRL's and transformers'.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from transformers import Trainer
+from trl import SFTTrainer
+
+from dllm_edit.kernels import candidates
+
+from .callbacks import DecodeEvalCallback
+from .corruption import corrupt_response
+from .diffusion_forward import DiffusionForward, resolve_attention_form, unwrap
+from .objective import edit_objective
+from .sft_config import EditSFTConfig
+from .sft_data import check_dataset_format, conversations_to_prompt_completion, needs_chat_template
+
+_TERMS = ("drafting", "editing", "clean")
+
+
+def resolve_mask_token_id(args: EditSFTConfig, tokenizer: Any, model: Any) -> int:
+    """`args.mask_token_id`, else the tokenizer's, else the model config's; ValueError if none."""
+    config = getattr(unwrap(model), "config", None)
+    for source in (args.mask_token_id, getattr(tokenizer, "mask_token_id", None), getattr(config, "mask_token_id", None)):
+        if source is not None:
+            return int(source)
+    raise ValueError(
+        "EditSFTTrainer needs a mask token, and none was found: EditSFTConfig.mask_token_id is unset, the "
+        "tokenizer has no mask_token and the model config no mask_token_id. Add one, e.g. "
+        "`tokenizer.add_special_tokens({'mask_token': '<|mask|>'})` then "
+        "`model.resize_token_embeddings(len(tokenizer))`, or pass `EditSFTConfig(mask_token_id=...)`."
+    )
+
+
+def _vocab_size(model: Any) -> int:
+    head = unwrap(model).get_output_embeddings()
+    weight = getattr(head, "weight", None)
+    if isinstance(weight, torch.Tensor):
+        return int(weight.shape[0])
+    return int(unwrap(model).config.get_text_config().vocab_size)
+
+
+def extend_response_with_eos(example: dict[str, Any], eos_token_id: int, block_length: int) -> dict[str, Any]:
+    """Append supervised EOS tokens up to the end of the block holding the last response token.
+
+    Examples:
+        >>> extend_response_with_eos({"input_ids": [5, 6, 7], "labels": [-100, 6, 7]}, 1, 4)
+        {'input_ids': [5, 6, 7, 1], 'labels': [-100, 6, 7, 1]}
+    """
+    ids, labels = list(example["input_ids"]), list(example["labels"])
+    short = (-len(ids)) % block_length
+    if short and labels and labels[-1] != -100:
+        ids += [eos_token_id] * short
+        labels += [eos_token_id] * short
+    return {"input_ids": ids, "labels": labels}
+
+
+class EditSFTTrainer(SFTTrainer):
+    """Edit-aware SFT for diffusion LMs (LLaDA2.1 section 3.1), as a TRL `SFTTrainer`.
+
+    Each batch is corrupted (response tokens only: a fraction `t` masked, a fraction of the rest
+    replaced by random tokens), run through the model in its training form (vectorised block
+    diffusion for block-causal models, full attention for bidirectional ones) and scored by the
+    drafting + editing + clean objective (`dllm_edit.trainers.objective`). With `mtf_turns > 1` the
+    model is run again on drafts built from its own predictions (Multi-turn Forward). The three terms
+    are logged as `drafting_nll`, `editing_nll`, `clean_nll` (mean nll per position of each kind).
+
+    Arguments are those of `trl.SFTTrainer` (model, args, data_collator, train_dataset, eval_dataset,
+    processing_class, callbacks, optimizers, peft_config, ...) with `args` an `EditSFTConfig`.
+    `compute_metrics` is refused (the logits of a random corruption are not a prediction); measure
+    decoding with `DecodeEvalCallback` instead.
+
+    Examples:
+        >>> from dllm_edit.trainers import EditSFTConfig, EditSFTTrainer
+        >>> EditSFTTrainer.__mro__[1].__name__
+        'SFTTrainer'
+
+        A run (see the cookbook, "Edit-aware SFT with LoRA"):
+
+        >>> trainer = EditSFTTrainer(  # doctest: +SKIP
+        ...     model, args=EditSFTConfig(output_dir="out", edit_rate_max=0.2),
+        ...     train_dataset=dataset, processing_class=tokenizer, peft_config=LoraConfig(r=16))
+        >>> trainer.train()  # doctest: +SKIP
+    """
+
+    _tag_names = ["trl", "sft", "dllm-edit", "diffusion"]
+    _name = "EditSFT"
+
+    def __init__(
+        self,
+        model: Any,
+        args: EditSFTConfig | None = None,
+        data_collator: Any = None,
+        train_dataset: Any = None,
+        eval_dataset: Any = None,
+        processing_class: Any = None,
+        compute_metrics: Any = None,
+        callbacks: list[Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if args is None:
+            args = EditSFTConfig(output_dir="edit-sft")
+        if not isinstance(args, EditSFTConfig):
+            raise TypeError(
+                f"`args` must be an EditSFTConfig, got {type(args).__name__}. Build one with "
+                "EditSFTConfig(**your_sft_config.to_dict()) to keep your SFT settings."
+            )
+        if compute_metrics is not None:
+            raise ValueError(
+                "EditSFTTrainer does not take `compute_metrics`: the logits of a random corruption are not a "
+                "prediction. Measure decoding with `DecodeEvalCallback(prompts, references)` in `callbacks`."
+            )
+        if args.max_length is not None and args.max_length % args.block_length:
+            fixed = args.max_length - args.max_length % args.block_length
+            raise ValueError(
+                f"`max_length`={args.max_length} is not a multiple of `block_length`={args.block_length}: "
+                "sequences are padded to whole blocks, so they would exceed max_length. Use "
+                f"max_length={fixed} (or another multiple of the block length)."
+            )
+        if train_dataset is None:
+            raise ValueError("`train_dataset` is required.")
+        datasets = {"train_dataset": train_dataset}
+        if isinstance(eval_dataset, dict):
+            datasets.update({f"eval_dataset[{k!r}]": v for k, v in eval_dataset.items()})
+        elif eval_dataset is not None:
+            datasets["eval_dataset"] = eval_dataset
+        tokenizer = getattr(processing_class, "tokenizer", processing_class)
+        for name, dataset in datasets.items():
+            check_dataset_format(dataset, name, args.dataset_text_field)
+            if (
+                tokenizer is not None
+                and needs_chat_template(dataset)
+                and getattr(tokenizer, "chat_template", None) is None
+                and args.chat_template_path is None
+            ):
+                raise ValueError(
+                    f"`{name}` is conversational but the tokenizer has no chat template. Set "
+                    "`tokenizer.chat_template`, or `chat_template_path` in EditSFTConfig."
+                )
+        if tokenizer is not None and not isinstance(model, str):
+            resolve_mask_token_id(args, tokenizer, model)  # fail before any tokenization
+        train_dataset = conversations_to_prompt_completion(train_dataset, args.assistant_only_loss)
+        if isinstance(eval_dataset, dict):
+            eval_dataset = {
+                k: conversations_to_prompt_completion(v, args.assistant_only_loss) for k, v in eval_dataset.items()
+            }
+        elif eval_dataset is not None:
+            eval_dataset = conversations_to_prompt_completion(eval_dataset, args.assistant_only_loss)
+        if args.pad_to_multiple_of is None:
+            args.pad_to_multiple_of = args.block_length  # the collator pads whole blocks
+
+        super().__init__(
+            model,
+            args=args,
+            data_collator=data_collator,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            processing_class=processing_class,
+            callbacks=callbacks,
+            **kwargs,
+        )
+        self.mask_token_id = resolve_mask_token_id(args, self._tokenizer, self.model)
+        self.vocab_size = _vocab_size(self.model)
+        if not 0 <= self.mask_token_id < self.vocab_size:
+            raise ValueError(
+                f"mask_token_id={self.mask_token_id} is outside the model's vocabulary of {self.vocab_size} "
+                "rows. Resize the embeddings (model.resize_token_embeddings(len(tokenizer))) or fix the id."
+            )
+        self.attention_form = resolve_attention_form(self.model, args.diffusion_attention)
+        self.never_sample = tuple(sorted(set(self._tokenizer.all_special_ids) | {self.mask_token_id}))
+        self._noise_step: int | None = None
+        self._noise_micro = 0
+        for callback in self.callback_handler.callbacks:
+            if isinstance(callback, DecodeEvalCallback):
+                callback.bind(self)
+
+    # ---- dataset ------------------------------------------------------------------------------------------
+
+    def _prepare_dataset(
+        self,
+        dataset: Any,
+        processing_class: Any,
+        args: Any,
+        packing: bool,
+        formatting_func: Any,
+        dataset_name: str,
+    ) -> Any:
+        dataset = super()._prepare_dataset(dataset, processing_class, args, packing, formatting_func, dataset_name)
+        if not args.pad_response_with_eos:
+            return dataset
+        tokenizer = getattr(processing_class, "tokenizer", processing_class)
+        if tokenizer.eos_token_id is None:
+            raise ValueError(
+                "`pad_response_with_eos=True` needs the tokenizer's eos_token; set one or pass "
+                "pad_response_with_eos=False."
+            )
+        return dataset.map(
+            extend_response_with_eos,
+            fn_kwargs={"eos_token_id": tokenizer.eos_token_id, "block_length": args.block_length},
+        )
+
+    # ---- loss ---------------------------------------------------------------------------------------------
+
+    def noise_generator(self, device: torch.device) -> torch.Generator:
+        """The generator of one micro-batch's corruption noise.
+
+        Its seed depends only on `noise_seed` (default `seed`), the optimizer step, the index of the
+        micro-batch within the step and the process rank, so a run resumed from a checkpoint draws
+        the same noise as an uninterrupted one. Evaluation uses step -1, so every evaluation scores
+        the same corruption of the evaluation set.
+        """
+        training = self.model.training
+        step = self.state.global_step if training else -1  # every evaluation scores the same corruption
+        if step != self._noise_step:
+            self._noise_step, self._noise_micro = step, 0
+        base = self.args.seed if self.args.noise_seed is None else self.args.noise_seed
+        parts = (base, step, self._noise_micro, self.args.process_index, int(training))
+        self._noise_micro += 1
+        seed = 0
+        for part in parts:
+            seed = (seed * 1_000_003 + int(part)) % (2**63 - 1)
+        return torch.Generator(device=device).manual_seed(seed)
+
+    def _block_aligned(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`(input_ids, labels, valid)` `[B, T]` right-padded to a whole number of blocks."""
+        ids = inputs["input_ids"]  # [B, T]
+        labels = inputs.get("labels", ids)  # [B, T]
+        valid = inputs.get("attention_mask", torch.ones_like(ids)).bool()  # [B, T]
+        short = (-ids.shape[1]) % self.args.block_length
+        if short:
+            pad = self._tokenizer.pad_token_id or 0
+            ids = torch.nn.functional.pad(ids, (0, short), value=pad)
+            labels = torch.nn.functional.pad(labels, (0, short), value=-100)
+            valid = torch.nn.functional.pad(valid, (0, short), value=False)
+        return ids, labels, valid
+
+    def _next_draft(
+        self, logits: torch.Tensor, noisy: torch.Tensor, rate: torch.Tensor, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Multi-turn Forward: fill a fraction of the still-masked positions with the model's argmax."""
+        predicted, _ = candidates(logits.detach(), suppress_ids=(self.mask_token_id,))  # [B, T]
+        still = noisy == self.mask_token_id  # [B, T]
+        draw = torch.rand(noisy.shape, generator=generator, device=generator.device).to(noisy.device)
+        fill = still & (draw < self.args.mtf_fill_rate)  # [B, T]
+        rate = (rate * (1.0 - self.args.mtf_fill_rate)).clamp_min(1e-3)  # [B, T] expected mask rate left
+        return torch.where(fill, predicted, noisy), rate
+
+    def compute_loss(
+        self,
+        model: Any,
+        inputs: dict[str, torch.Tensor],
+        return_outputs: bool = False,
+        num_items_in_batch: torch.Tensor | int | None = None,
+    ) -> Any:
+        """Corrupt the batch, run the diffusion forward(s), return the mixed M2T + T2T loss."""
+        if return_outputs:
+            raise ValueError(
+                "EditSFTTrainer.compute_loss returns the loss only: the logits of a random corruption are "
+                "not a prediction. Use DecodeEvalCallback to measure decoding."
+            )
+        args = self.args
+        mode = "train" if self.model.training else "eval"
+        ids, labels, valid = self._block_aligned(inputs)
+        response = labels != -100  # [B, T]
+        clean = torch.where(response, labels, ids)  # [B, T]
+        generator = self.noise_generator(ids.device)
+        corruption = corrupt_response(
+            clean,
+            response,
+            mask_token_id=self.mask_token_id,
+            vocab_size=self.vocab_size,
+            mask_rate=(args.mask_rate_min, args.mask_rate_max),
+            edit_rate=(args.edit_rate_min, args.edit_rate_max),
+            block_length=args.block_length if args.noise_granularity == "block" else None,
+            never_sample=self.never_sample,
+            generator=generator,
+        )
+        forward = DiffusionForward(model, self.attention_form, args.block_length)
+        normalizer = response.sum() if num_items_in_batch is None else num_items_in_batch
+        noisy, rate = corruption.noisy, corruption.mask_rate
+        loss = torch.zeros((), device=ids.device)
+        nll_sums = torch.zeros(3, device=ids.device)
+        counts = torch.zeros(3, device=ids.device)
+        for turn in range(args.mtf_turns):
+            logits = forward(noisy, clean, valid)  # [B, T, V]
+            terms = edit_objective(
+                logits,
+                noisy,
+                clean,
+                response,
+                mask_token_id=self.mask_token_id,
+                mask_rate=rate,
+                mask_loss_weighting=args.mask_loss_weighting,
+                edit_loss_weight=args.edit_loss_weight,
+                clean_loss_weight=args.clean_loss_weight,
+                normalizer=normalizer,
+            )
+            loss = loss + terms.loss / args.mtf_turns
+            nll_sums += terms.nll_sums.float()
+            counts += terms.counts.float()
+            if turn + 1 < args.mtf_turns:
+                noisy, rate = self._next_draft(logits, noisy, rate, generator)
+        if args.average_tokens_across_devices and num_items_in_batch is not None:
+            loss = loss * self.accelerator.num_processes
+        self._record_terms(mode, nll_sums, counts, valid)
+        return loss
+
+    def _record_terms(self, mode: str, nll_sums: torch.Tensor, counts: torch.Tensor, valid: torch.Tensor) -> None:
+        totals = self.accelerator.gather_for_metrics(torch.cat([nll_sums, counts])[None]).sum(0)  # [6]
+        sums, counts = totals[:3].tolist(), totals[3:].tolist()
+        for name, total, count in zip(_TERMS, sums, counts, strict=True):
+            if count > 0:
+                self._metrics[mode][f"{name}_nll"].append(total / count)
+        seen = sum(counts)
+        if seen > 0:
+            self._metrics[mode]["edited_fraction"].append(counts[1] / seen)
+        if mode == "train":
+            tokens = self.accelerator.gather_for_metrics(valid.sum()[None]).sum().item()
+            self._total_train_tokens += int(tokens)
+        self._metrics[mode]["num_tokens"] = [self._total_train_tokens]
+
+    def evaluate(self, *args: Any, **kwargs: Any) -> dict[str, float]:
+        """`Trainer.evaluate`, on the same corruption noise every time it runs (comparable losses)."""
+        self._noise_step = None
+        return super().evaluate(*args, **kwargs)
+
+    def prediction_step(
+        self, model: Any, inputs: dict[str, Any], prediction_loss_only: bool, ignore_keys: list[str] | None = None
+    ) -> tuple[torch.Tensor, None, None]:
+        """Evaluation loss on a corrupted batch (no logits: see `compute_metrics` above)."""
+        inputs = self._prepare_inputs(inputs)
+        with torch.no_grad(), self.compute_loss_context_manager():
+            loss = self.compute_loss(model, inputs)
+        return loss.detach(), None, None
+
+    def log_raw(self, logs: dict[str, float]) -> None:
+        """Log `logs` as they are (without folding in the running training metrics)."""
+        Trainer.log(self, logs)
