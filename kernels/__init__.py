@@ -1,5 +1,18 @@
-"""Vocabulary-sized kernels with pure-torch references (installed as `dllm_edit.kernels`)."""
+"""Vocabulary-sized kernels with pure-torch references (installed as `dllm_edit.kernels`).
 
-from .candidates import candidates, candidates_reference
+Each op has a folder: the public dispatcher in `__init__.py`, the pure-torch path in
+`reference.py` and the Triton kernels in `triton.py`. Importing this package never imports triton;
+see `docs/concepts/kernels.md` for the dispatch rules.
+"""
 
-__all__ = ["candidates", "candidates_reference"]
+from .candidates import candidates, candidates_reference, edit_candidates, edit_candidates_reference
+from .masked_logprob import masked_logprob, masked_logprob_reference
+
+__all__ = [
+    "candidates",
+    "candidates_reference",
+    "edit_candidates",
+    "edit_candidates_reference",
+    "masked_logprob",
+    "masked_logprob_reference",
+]

@@ -2,8 +2,13 @@
 
 import doctest
 import importlib
+import importlib.util
 
 import pytest
+
+needs_triton = pytest.mark.skipif(
+    importlib.util.find_spec("triton") is None, reason="triton is not installed (the `kernels` extra)"
+)
 
 MODULES = [
     "dllm_edit",
@@ -22,7 +27,14 @@ MODULES = [
     "dllm_edit.strategies.multi_block",
     "dllm_edit.strategies.repeat_penalty",
     "dllm_edit.strategies.registry",
+    "dllm_edit.kernels.candidates",
     "dllm_edit.kernels.candidates.reference",
+    "dllm_edit.kernels.masked_logprob",
+    "dllm_edit.kernels.masked_logprob.reference",
+    # the Triton modules import triton (the `kernels` extra); their examples run in the interpreter
+    # on the CPU (tests/conftest.py sets TRITON_INTERPRET=1) or compiled on CUDA
+    pytest.param("dllm_edit.kernels.candidates.triton", marks=needs_triton),
+    pytest.param("dllm_edit.kernels.masked_logprob.triton", marks=needs_triton),
 ]
 
 

@@ -1,8 +1,17 @@
 """Pure-torch candidate selection: the ground truth and the CPU path.
 
 For every row of logits, return the candidate token and its probability under the (optionally
-temperature-scaled, top-k / top-p filtered) softmax. Rows are processed in chunks so that no
-float32 copy of the whole `[N, V]` logits (let alone a kept softmax) is materialised at once.
+temperature-scaled, top-k / top-p filtered) softmax, and for `edit_candidates_reference` also the
+probability of the token currently at that position. Rows are processed in chunks so that no
+float32 copy of the whole `[N, V]` logits (let alone a kept softmax) is materialised at once: the
+working set is a few chunks of about `_CHUNK_BYTES` each.
+
+Special values (the Triton kernel in `triton.py` follows the same rules):
+
+* a NaN anywhere in a row (after suppression) makes that row's `prob` (and `current_prob`) NaN and
+  its token the index of the first NaN, as `torch.argmax` does;
+* a row whose entries are all `-inf` has token 0 and `prob` NaN (0/0);
+* a `current` id outside `[0, V)` has `current_prob` 0.
 """
 
 from __future__ import annotations
@@ -10,7 +19,7 @@ from __future__ import annotations
 import torch
 
 # Rows per chunk are chosen so a chunk's float32 working copy stays near this many bytes.
-_CHUNK_BYTES = 64 * 2**20
+_CHUNK_BYTES = 16 * 2**20
 
 
 def filter_top_k(logits: torch.Tensor, top_k: int) -> torch.Tensor:
@@ -41,10 +50,12 @@ def _candidates_chunk(
     top_p: float | None,
     generator: torch.Generator | None,
     suppress_ids: tuple[int, ...],
-) -> tuple[torch.Tensor, torch.Tensor]:
-    x = logits.float()  # [n, V]
+    current: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    x = logits.float()  # [n, V]; the caller's tensor itself when it is float32: never written in place
     if suppress_ids:
-        x[:, list(suppress_ids)] = -float("inf")
+        ids = torch.tensor(suppress_ids, device=x.device)
+        x = x.index_fill(-1, ids, -float("inf"))  # [n, V], a copy
     if temperature > 0:
         x = x / temperature
     if top_k is not None:
@@ -61,7 +72,49 @@ def _candidates_chunk(
     else:
         chosen, token = x.max(dim=-1)  # [n], [n]
     prob = torch.exp(chosen - lse)  # [n]
-    return token, prob
+    current_prob = None
+    if current is not None:
+        vocab = x.shape[-1]
+        valid = (current >= 0) & (current < vocab)  # [n]
+        at = x.gather(-1, current.clamp(0, vocab - 1)[:, None]).squeeze(-1)  # [n]
+        at = at.masked_fill(~valid, -float("inf"))
+        current_prob = torch.exp(at - lse)  # [n]; NaN when the row has a NaN (lse is NaN)
+    return token, prob, current_prob
+
+
+def _candidates_rows(
+    logits: torch.Tensor,
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    generator: torch.Generator | None,
+    suppress_ids: tuple[int, ...],
+    current: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    lead = logits.shape[:-1]
+    vocab = logits.shape[-1]
+    flat = logits.reshape(-1, vocab)  # [N, V]
+    flat_current = None if current is None else current.reshape(-1)  # [N]
+    rows = max(1, _CHUNK_BYTES // (4 * vocab * (2 if temperature > 0 else 1)))
+    tokens, probs, current_probs = [], [], []
+    for start in range(0, flat.shape[0], rows):
+        t, p, c = _candidates_chunk(
+            flat[start : start + rows],
+            temperature,
+            top_k,
+            top_p,
+            generator,
+            suppress_ids,
+            None if flat_current is None else flat_current[start : start + rows],
+        )
+        tokens.append(t)
+        probs.append(p)
+        if c is not None:
+            current_probs.append(c)
+    token = torch.cat(tokens).reshape(lead)
+    prob = torch.cat(probs).reshape(lead)
+    current_prob = torch.cat(current_probs).reshape(lead) if current is not None else None
+    return token, prob, current_prob
 
 
 def candidates_reference(
@@ -92,17 +145,45 @@ def candidates_reference(
         >>> tok.tolist(), round(p.item(), 4)
         ([1], 0.6652)
     """
-    lead = logits.shape[:-1]
-    vocab = logits.shape[-1]
-    flat = logits.reshape(-1, vocab)  # [N, V]
-    rows = max(1, _CHUNK_BYTES // (4 * vocab * (2 if temperature > 0 else 1)))
-    tokens, probs = [], []
-    for start in range(0, flat.shape[0], rows):
-        t, p = _candidates_chunk(
-            flat[start : start + rows], temperature, top_k, top_p, generator, suppress_ids
-        )
-        tokens.append(t)
-        probs.append(p)
-    token = torch.cat(tokens).reshape(lead)
-    prob = torch.cat(probs).reshape(lead)
+    token, prob, _ = _candidates_rows(logits, temperature, top_k, top_p, generator, suppress_ids, None)
     return token, prob
+
+
+def edit_candidates_reference(
+    logits: torch.Tensor,
+    current: torch.Tensor,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+    suppress_ids: tuple[int, ...] = (),
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`candidates_reference` plus the probability of the token currently at each position.
+
+    One pass gives what both the M2T and the T2T decisions need: the candidate, its probability and
+    the probability, under the same distribution, of the token the canvas holds there.
+
+    Args:
+        logits: `[..., V]` logits (any float dtype).
+        current: LongTensor `[...]`, the token at each position (ids outside `[0, V)` get
+            probability 0).
+        temperature: as in `candidates_reference`.
+        top_k: as in `candidates_reference`.
+        top_p: as in `candidates_reference`.
+        generator: as in `candidates_reference`.
+        suppress_ids: as in `candidates_reference`; a suppressed current token has probability 0.
+
+    Returns:
+        `(token, prob, current_prob)`: LongTensor `[...]` and two FloatTensors `[...]` (float32).
+
+    Examples:
+        >>> import torch
+        >>> tok, p, cur = edit_candidates_reference(torch.tensor([[0.0, 2.0, 1.0]]), torch.tensor([2]))
+        >>> tok.tolist(), round(p.item(), 4), round(cur.item(), 4)
+        ([1], 0.6652, 0.2447)
+    """
+    token, prob, current_prob = _candidates_rows(
+        logits, temperature, top_k, top_p, generator, suppress_ids, current
+    )
+    assert current_prob is not None
+    return token, prob, current_prob

@@ -1,0 +1,290 @@
+"""The candidates kernels: the Triton kernel against the torch reference, and the dispatcher.
+
+Without CUDA the Triton kernel runs in Triton's interpreter (tests/conftest.py sets
+TRITON_INTERPRET=1 before triton is imported); the interpreter runs one program per row in Python,
+so the large-vocabulary shapes use few rows.
+"""
+
+import importlib
+import importlib.util
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dllm_edit.kernels import (
+    _dispatch,
+    candidates,
+    candidates_reference,
+    edit_candidates,
+    edit_candidates_reference,
+)
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+HAS_TRITON = importlib.util.find_spec("triton") is not None
+needs_triton = pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed (the `kernels` extra)")
+needs_kernel = pytest.mark.skipif(
+    not HAS_TRITON or _dispatch.triton_disabled(),
+    reason="triton is not installed, or DLLM_EDIT_DISABLE_TRITON is set",
+)
+# Triton 3.9's interpreter handles bfloat16 loads; on CUDA bf16 is compiled.
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy warnings in the interpreter
+
+
+def _triton(logits, current=None, **kwargs):
+    from dllm_edit.kernels.candidates.triton import candidates_triton
+
+    return candidates_triton(logits, current=current, **kwargs)
+
+
+def _assert_matches(got, want):
+    """Tokens equal, probabilities equal to float rounding (NaN where the reference has NaN)."""
+    assert torch.equal(got[0].cpu(), want[0].cpu())
+    for g, w in zip(got[1:], want[1:]):
+        torch.testing.assert_close(g.cpu(), w.cpu(), rtol=2e-5, atol=1e-7, equal_nan=True)
+
+
+# (B, L, V): V not a multiple of any tile, L = 1, B = 1 and B = 33; LLaDA2's 157184 with 2 rows
+SHAPES = [(1, 1, 1), (33, 1, 5), (2, 3, 1023), (1, 2, 50257), (2, 1, 157184)]
+
+
+@needs_kernel
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_greedy_kernel_matches_reference(shape, dtype):
+    g = torch.Generator().manual_seed(sum(shape))
+    logits = (4 * torch.randn(shape, generator=g)).to(dtype).to(DEVICE)
+    current = torch.randint(0, shape[-1], shape[:-1], generator=g).to(DEVICE)
+    suppress = (shape[-1] - 1,) if shape[-1] > 1 else ()
+    got = _triton(logits, current, suppress_ids=suppress)
+    want = edit_candidates_reference(logits, current, suppress_ids=suppress)
+    _assert_matches(got, want)
+
+
+@needs_kernel
+@pytest.mark.parametrize("block", [16, 64])
+def test_ties_take_the_lowest_id_across_lanes_and_tiles(block):
+    logits = torch.zeros(4, 200)
+    logits[0, [7, 150]] = 3.0  # same lane in different tiles (150 - 7 is not a multiple of the block)
+    logits[1, [130, 2]] = 3.0
+    logits[2, [block + 3, 3]] = 3.0  # same lane, different tiles
+    logits[3] = 1.0  # every id ties
+    tok, prob, _ = _triton(logits.to(DEVICE), block=block)
+    assert tok.tolist() == [7, 2, 3, 0] == torch.argmax(logits, -1).tolist()
+    _assert_matches((tok, prob), candidates_reference(logits))
+
+
+@needs_kernel
+def test_special_rows_follow_the_reference():
+    nan, inf = float("nan"), float("inf")
+    logits = torch.randn(6, 300)
+    logits[0] = -inf
+    logits[0, 257] = 0.5  # every entry -inf but one: that one, probability 1
+    logits[1] = -inf  # every entry -inf: token 0, probability NaN
+    logits[2, [40, 290]] = nan  # NaN poisons the row: first NaN id, probability NaN
+    logits[3, 299] = nan  # NaN in the last (partial) tile
+    logits[4, 5] = nan  # ... unless it is suppressed
+    logits[5, 100] = 1e4  # one huge logit
+    current = torch.tensor([257, 3, 1, 0, 7, 100])
+    want = edit_candidates_reference(logits, current, suppress_ids=(5,))
+    got = _triton(logits.to(DEVICE), current.to(DEVICE), suppress_ids=(5,), block=128)
+    _assert_matches(got, want)
+    assert want[0].tolist()[:4] == [257, 0, 40, 299]
+    assert want[1][0] == 1 and want[1][1:4].isnan().all() and not want[1][4].isnan()
+
+
+@needs_kernel
+def test_current_probability():
+    logits = torch.randn(3, 70)
+    current = torch.tensor([5, -1, 70])  # in range; out of range on both sides: probability 0
+    for temperature in (0.0, 0.7):
+        got = _triton(logits.to(DEVICE), current.to(DEVICE), temperature=temperature, suppress_ids=(5,))
+        want_p = torch.softmax(
+            logits.index_fill(-1, torch.tensor([5]), -float("inf")) / (temperature or 1), -1
+        )
+        torch.testing.assert_close(got[2].cpu(), torch.zeros(3))  # 5 is suppressed
+        torch.testing.assert_close(got[1].cpu(), want_p.gather(-1, got[0].cpu()[:, None]).squeeze(-1))
+    got = _triton(logits.to(DEVICE), torch.tensor([3, 4, 6], device=DEVICE))
+    want_p = torch.softmax(logits, -1)
+    torch.testing.assert_close(got[2].cpu(), want_p[[0, 1, 2], [3, 4, 6]])
+
+
+@needs_kernel
+def test_strided_logits_are_read_in_place():
+    full = torch.randn(3, 7, 130)
+    span = full[:, 2:5]  # [3, 3, V] slice of the sequence: not viewable as [9, V]
+    _assert_matches(_triton(span.to(DEVICE))[:2], candidates_reference(span))
+    wide = torch.randn(130, 4).t()  # vocabulary stride != 1
+    _assert_matches(_triton(wide.to(DEVICE))[:2], candidates_reference(wide))
+    single = torch.randn(130)  # no leading dimension
+    _assert_matches(_triton(single.to(DEVICE))[:2], candidates_reference(single))
+
+
+@needs_kernel
+def test_sampling_is_reproducible_and_its_probability_is_the_softmax():
+    logits = torch.randn(2, 5, 300).to(DEVICE)
+
+    def run(seed):
+        return _triton(logits, temperature=0.8, generator=torch.Generator().manual_seed(seed))
+
+    a, b, c = run(0), run(0), run(1)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert not torch.equal(a[0], c[0])
+    want = torch.softmax(logits.float().cpu() / 0.8, -1).gather(-1, a[0].cpu()[..., None]).squeeze(-1)
+    torch.testing.assert_close(a[1].cpu(), want)
+    gen = torch.Generator().manual_seed(0)
+    first, second = (_triton(logits, temperature=0.8, generator=gen)[0] for _ in range(2))
+    assert not torch.equal(first, second)  # the generator advances between calls
+
+
+@needs_kernel
+def test_sampling_follows_the_softmax_chi_square():
+    # one row per sample (the interpreter's cost is per row): 600 samples of a 6-token vocabulary
+    probs = torch.tensor([0.05, 0.1, 0.15, 0.2, 0.2, 0.3])
+    temperature = 0.7
+    logits = (temperature * probs.log()).expand(600, 6).contiguous()
+    tok, prob, _ = _triton(
+        logits.to(DEVICE), temperature=temperature, generator=torch.Generator().manual_seed(3)
+    )
+    counts = torch.bincount(tok.cpu(), minlength=6).double()
+    expected = 600 * probs.double()
+    chi2 = ((counts - expected) ** 2 / expected).sum().item()
+    assert chi2 < 20.52, (chi2, counts.tolist())  # 99.9% quantile of chi-square with 5 degrees of freedom
+    torch.testing.assert_close(prob.cpu(), probs[tok.cpu()])
+
+
+@needs_kernel
+def test_sampling_never_proposes_a_suppressed_or_impossible_id():
+    logits = torch.zeros(40, 9)
+    logits[:, 2] = -float("inf")
+    tok, _, _ = _triton(logits.to(DEVICE), temperature=1.0, suppress_ids=(4, -1))
+    assert not ({2, 4, 8} & set(tok.tolist()))
+
+
+@needs_kernel
+@given(
+    values=st.lists(
+        st.sampled_from([-2.0, 0.0, 1.0, 1.0, 3.0, float("-inf")]), min_size=3 * 37, max_size=3 * 37
+    ),
+    block=st.sampled_from([8, 16, 64]),
+)
+def test_greedy_property_many_ties(values, block):
+    logits = torch.tensor(values).reshape(3, 37)
+    current = torch.tensor([0, 36, 11])
+    _assert_matches(
+        _triton(logits.to(DEVICE), current.to(DEVICE), block=block),
+        edit_candidates_reference(logits, current),
+    )
+
+
+# --- the dispatcher -------------------------------------------------------------------------------
+
+
+def test_importing_the_package_does_not_import_triton():
+    code = "import sys, dllm_edit, dllm_edit.kernels; assert 'triton' not in sys.modules, 'triton imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_auto_uses_the_torch_path_on_cpu(monkeypatch):
+    def boom(*args, **kwargs):
+        raise AssertionError("the Triton path ran")
+
+    if HAS_TRITON:
+        tri = importlib.import_module("dllm_edit.kernels.candidates.triton")
+
+        monkeypatch.setattr(tri, "candidates_triton", boom)
+    logits = torch.randn(2, 3, 11)
+    _assert_matches(candidates(logits), candidates_reference(logits))
+    _assert_matches(candidates(logits, backend="torch"), candidates_reference(logits))
+
+
+@needs_triton
+def test_disable_env_and_top_k_fall_back_to_the_reference(monkeypatch):
+    tri = importlib.import_module("dllm_edit.kernels.candidates.triton")
+
+    def boom(*args, **kwargs):
+        raise AssertionError("the Triton path ran")
+
+    logits = torch.randn(2, 3, 11)
+    monkeypatch.setattr(tri, "candidates_triton", boom)
+    monkeypatch.setenv("DLLM_EDIT_DISABLE_TRITON", "1")
+    _assert_matches(candidates(logits, backend="triton"), candidates_reference(logits))
+    monkeypatch.delenv("DLLM_EDIT_DISABLE_TRITON")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    for kwargs in ({"top_k": 3}, {"top_p": 0.5}):
+        want = candidates_reference(
+            logits, temperature=0.5, generator=torch.Generator().manual_seed(0), **kwargs
+        )
+        got = candidates(
+            logits, temperature=0.5, generator=torch.Generator().manual_seed(0), backend="triton", **kwargs
+        )
+        _assert_matches(got, want)
+
+
+@needs_kernel
+def test_backend_triton_runs_the_kernel(monkeypatch):
+    tri = importlib.import_module("dllm_edit.kernels.candidates.triton")
+
+    calls = []
+    real = tri.candidates_triton
+    monkeypatch.setattr(tri, "candidates_triton", lambda *a, **k: calls.append(1) or real(*a, **k))
+    logits = torch.randn(2, 11).to(DEVICE)
+    current = torch.tensor([1, 2], device=DEVICE)
+    _assert_matches(candidates(logits, backend="triton"), candidates_reference(logits))
+    _assert_matches(
+        edit_candidates(logits, current, backend="triton"), edit_candidates_reference(logits, current)
+    )
+    assert len(calls) == 2
+
+
+def test_backend_errors(monkeypatch):
+    logits = torch.randn(2, 11)
+    with pytest.raises(ValueError, match="backend must be one of"):
+        candidates(logits, backend="cuda")
+    monkeypatch.delenv("DLLM_EDIT_DISABLE_TRITON", raising=False)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    if HAS_TRITON:
+        with pytest.raises(ValueError, match="TRITON_INTERPRET=1"):
+            candidates(logits, backend="triton")
+    monkeypatch.setattr(_dispatch, "triton_available", lambda: False)
+    with pytest.raises(ImportError, match=r"dllm-edit\[kernels\]"):
+        candidates(logits, backend="triton")
+    with pytest.raises(TypeError, match="logits must be a floating tensor"):
+        candidates(torch.ones(2, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match="current must have the shape"):
+        edit_candidates(logits, torch.zeros(3, dtype=torch.long))
+    with pytest.raises(ValueError, match="temperature must be >= 0"):
+        candidates(logits, temperature=-1.0)
+
+
+@needs_kernel
+def test_suppress_ids_out_of_range():
+    with pytest.raises(ValueError, match="suppress_ids must lie in"):
+        _triton(torch.randn(2, 11).to(DEVICE), suppress_ids=(11,))
+
+
+def test_reference_does_not_write_into_float32_logits():
+    logits = torch.randn(3, 10)
+    before = logits.clone()
+    candidates_reference(logits, suppress_ids=(2,))
+    assert torch.equal(logits, before)
+
+
+def test_edit_candidates_reference_is_the_softmax():
+    logits = torch.randn(4, 12)
+    current = torch.tensor([0, 5, 11, 3])
+    tok, prob, cur = edit_candidates_reference(logits, current)
+    p = torch.softmax(logits, -1)
+    assert torch.equal(tok, p.argmax(-1))
+    torch.testing.assert_close(prob, p.max(-1).values)
+    torch.testing.assert_close(cur, p[torch.arange(4), current])
+    # top-k: a current token outside the k best has probability 0
+    _, _, cur_k = edit_candidates_reference(logits, logits.argmin(-1), top_k=2)
+    assert torch.equal(cur_k, torch.zeros(4))
+    assert math.isclose(float(edit_candidates_reference(logits, current, top_k=1)[1].min()), 1.0)
