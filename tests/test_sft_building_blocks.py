@@ -36,11 +36,17 @@ def _batch(lengths, prompt_lengths, width):
 )
 def test_corruption_respects_prompt_padding_and_kinds(rows, mask_rate, edit_rate, block, seed):
     lengths = [p + r for p, r in rows]
-    ids, response, valid = _batch(lengths, [p for p, _ in rows], max(lengths))
+    ids, response, _ = _batch(lengths, [p for p, _ in rows], max(lengths))
     special = (0, 1)
     c = corrupt_response(
-        ids, response, mask_token_id=MASK, vocab_size=VOCAB, mask_rate=tuple(mask_rate),
-        edit_rate=tuple(edit_rate), block_length=block, never_sample=special,
+        ids,
+        response,
+        mask_token_id=MASK,
+        vocab_size=VOCAB,
+        mask_rate=tuple(mask_rate),
+        edit_rate=tuple(edit_rate),
+        block_length=block,
+        never_sample=special,
         generator=torch.Generator().manual_seed(seed),
     )
     assert torch.equal(c.noisy[~response], ids[~response])  # prompt and padding never noised
@@ -52,11 +58,17 @@ def test_corruption_respects_prompt_padding_and_kinds(rows, mask_rate, edit_rate
     assert not torch.isin(replaced_tokens, torch.tensor([MASK, *special])).any()
     assert ((c.mask_rate >= mask_rate[0] - 1e-6) & (c.mask_rate <= mask_rate[1] + 1e-6)).all()
     if block is not None:  # one rate per block
-        per_block = c.mask_rate[:, :: block].repeat_interleave(block, dim=1)[:, : ids.shape[1]]
+        per_block = c.mask_rate[:, ::block].repeat_interleave(block, dim=1)[:, : ids.shape[1]]
         assert torch.equal(per_block, c.mask_rate)
     again = corrupt_response(
-        ids, response, mask_token_id=MASK, vocab_size=VOCAB, mask_rate=tuple(mask_rate),
-        edit_rate=tuple(edit_rate), block_length=block, never_sample=special,
+        ids,
+        response,
+        mask_token_id=MASK,
+        vocab_size=VOCAB,
+        mask_rate=tuple(mask_rate),
+        edit_rate=tuple(edit_rate),
+        block_length=block,
+        never_sample=special,
         generator=torch.Generator().manual_seed(seed),
     )
     assert torch.equal(again.noisy, c.noisy)  # the generator is the only source of randomness
@@ -65,7 +77,12 @@ def test_corruption_respects_prompt_padding_and_kinds(rows, mask_rate, edit_rate
 def test_corruption_rates_match_on_average():
     ids, response, _ = _batch([64] * 400, [16] * 400, 64)
     c = corrupt_response(
-        ids, response, mask_token_id=MASK, vocab_size=VOCAB, mask_rate=(0.2, 0.6), edit_rate=(0.1, 0.1),
+        ids,
+        response,
+        mask_token_id=MASK,
+        vocab_size=VOCAB,
+        mask_rate=(0.2, 0.6),
+        edit_rate=(0.1, 0.1),
         generator=torch.Generator().manual_seed(0),
     )
     n = response.sum()
@@ -78,7 +95,9 @@ def test_corruption_rates_match_on_average():
     assert torch.equal(full.masked, response)
 
 
-@pytest.mark.parametrize("bad", [dict(mask_rate=(-0.1, 0.5)), dict(mask_rate=(0.6, 0.5)), dict(edit_rate=(0, 1.5))])
+@pytest.mark.parametrize(
+    "bad", [dict(mask_rate=(-0.1, 0.5)), dict(mask_rate=(0.6, 0.5)), dict(edit_rate=(0, 1.5))]
+)
 def test_corruption_refuses_bad_rates(bad):
     ids, response, _ = _batch([8], [2], 8)
     with pytest.raises(ValueError, match="rate"):
@@ -131,8 +150,14 @@ def _naive_block_logits(model, noisy, clean, valid, block):
 def test_vectorised_block_diffusion_equals_naive_block_loop(attn):
     model = tiny_llama(attn, seed=3)
     ids, response, valid = _batch([12, 9, 5], [3, 4, 2], 12)
-    c = corrupt_response(ids, response, mask_token_id=MASK, vocab_size=VOCAB, mask_rate=(0.3, 0.9),
-                         generator=torch.Generator().manual_seed(1))
+    c = corrupt_response(
+        ids,
+        response,
+        mask_token_id=MASK,
+        vocab_size=VOCAB,
+        mask_rate=(0.3, 0.9),
+        generator=torch.Generator().manual_seed(1),
+    )
     with torch.no_grad():
         fast = DiffusionForward(model, "block_diffusion", block_length=4)(c.noisy, ids, valid)
         slow = _naive_block_logits(model, c.noisy, ids, valid, 4)
@@ -158,8 +183,16 @@ def test_objective_terms_and_weights():
     noisy = torch.tensor([[0, 2, 1, 2]])  # drafting, clean, editing, (prompt)
     response = torch.tensor([[True, True, True, False]])
     rate = torch.full((1, 4), 0.25)
-    terms = edit_objective(logits, noisy, clean, response, mask_token_id=0, mask_rate=rate,
-                           edit_loss_weight=2.0, clean_loss_weight=0.5)
+    terms = edit_objective(
+        logits,
+        noisy,
+        clean,
+        response,
+        mask_token_id=0,
+        mask_rate=rate,
+        edit_loss_weight=2.0,
+        clean_loss_weight=0.5,
+    )
     log4 = math.log(4)
     assert terms.counts.tolist() == [1.0, 1.0, 1.0]
     torch.testing.assert_close(terms.nll_sums, torch.full((3,), log4))
@@ -167,4 +200,6 @@ def test_objective_terms_and_weights():
     halved = edit_objective(logits, noisy, clean, response, mask_token_id=0, mask_rate=rate, normalizer=6)
     torch.testing.assert_close(halved.loss, torch.tensor((4.0 + 1.0 + 1.0) * log4 / 6))
     with pytest.raises(ValueError, match="mask_loss_weighting"):
-        edit_objective(logits, noisy, clean, response, mask_token_id=0, mask_rate=rate, mask_loss_weighting="t")
+        edit_objective(
+            logits, noisy, clean, response, mask_token_id=0, mask_rate=rate, mask_loss_weighting="t"
+        )

@@ -5,9 +5,9 @@ import torch
 from conftest import EOS, MASK, tiny_llama, tiny_tokenizer
 
 pytest.importorskip("trl")
-from datasets import Dataset  # noqa: E402
+from datasets import Dataset
 
-from dllm_edit.trainers import DecodeEvalCallback, EditSFTConfig, EditSFTTrainer  # noqa: E402
+from dllm_edit.trainers import DecodeEvalCallback, EditSFTConfig, EditSFTTrainer
 
 
 def reversal_rows(n, seed=0, length=4):
@@ -127,7 +127,12 @@ def test_multi_turn_forward_and_bidirectional_form(tmp_path):
 def test_conversational_and_messages_formats_noise_only_the_answer(tmp_path):
     rows = reversal_rows(16)
     messages = [
-        {"messages": [{"role": "user", "content": r["prompt"]}, {"role": "assistant", "content": r["completion"]}]}
+        {
+            "messages": [
+                {"role": "user", "content": r["prompt"]},
+                {"role": "assistant", "content": r["completion"]},
+            ]
+        }
         for r in rows
     ]
     trainer = EditSFTTrainer(
@@ -138,7 +143,9 @@ def test_conversational_and_messages_formats_noise_only_the_answer(tmp_path):
     )
     row = trainer.train_dataset[0]
     supervised = [i for i, lab in zip(row["input_ids"], row["labels"], strict=True) if lab != -100]
-    assert len(supervised) >= 4 and supervised[0] != 44  # the prompt ("user ...", "assistant") is not a target
+    assert (
+        len(supervised) >= 4 and supervised[0] != 44
+    )  # the prompt ("user ...", "assistant") is not a target
     trainer.train()
 
 
@@ -164,9 +171,13 @@ def test_bad_input_is_refused_before_training(tmp_path):
     tok = tiny_tokenizer()
     model = tiny_llama("sdpa", seed=7)
     good = Dataset.from_list(reversal_rows(4))
-    with pytest.raises(ValueError, match="prompt.*completion.*messages"):
-        EditSFTTrainer(model, args=config(tmp_path), train_dataset=Dataset.from_list([{"q": "a", "a": "b"}]),
-                       processing_class=tok)
+    with pytest.raises(ValueError, match=r"prompt.*completion.*messages"):
+        EditSFTTrainer(
+            model,
+            args=config(tmp_path),
+            train_dataset=Dataset.from_list([{"q": "a", "a": "b"}]),
+            processing_class=tok,
+        )
     no_mask = tiny_tokenizer()
     no_mask.mask_token = None
     with pytest.raises(ValueError, match="mask_token"):
@@ -180,8 +191,15 @@ def test_bad_input_is_refused_before_training(tmp_path):
     with pytest.raises(ValueError, match="packing"):
         config(tmp_path, packing=True)
     with pytest.raises(ValueError, match="compute_metrics"):
-        EditSFTTrainer(model, args=config(tmp_path), train_dataset=good, processing_class=tok,
-                       compute_metrics=lambda p: {})
-    chat = Dataset.from_list([{"messages": [{"role": "user", "content": "w2"}, {"role": "assistant", "content": "w3"}]}])
+        EditSFTTrainer(
+            model,
+            args=config(tmp_path),
+            train_dataset=good,
+            processing_class=tok,
+            compute_metrics=lambda p: {},
+        )
+    chat = Dataset.from_list(
+        [{"messages": [{"role": "user", "content": "w2"}, {"role": "assistant", "content": "w3"}]}]
+    )
     with pytest.raises(ValueError, match="chat template"):
         EditSFTTrainer(model, args=config(tmp_path), train_dataset=chat, processing_class=tok)

@@ -33,7 +33,7 @@ def __getattr__(name: str) -> Any:
             module = importlib.import_module(_LAZY[name], __name__)
         except ImportError as err:
             raise ImportError(
-                f"dllm_edit.trainers.{name} needs the training extra: pip install \"dllm-edit[train]\" ({err})."
+                f'dllm_edit.trainers.{name} needs the training extra: pip install "dllm-edit[train]" ({err}).'
             ) from err
         return getattr(module, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

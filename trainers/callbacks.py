@@ -96,7 +96,9 @@ class DecodeEvalCallback(TrainerCallback):
         import dllm_edit
 
         if self.trainer is None:
-            raise RuntimeError("DecodeEvalCallback is not bound to a trainer; pass it in EditSFTTrainer(callbacks=[...]).")
+            raise RuntimeError(
+                "DecodeEvalCallback is not bound to a trainer; pass it in EditSFTTrainer(callbacks=[...])."
+            )
         tokenizer = self.trainer._tokenizer
         was_training = model.training
         model.eval()
@@ -123,16 +125,20 @@ class DecodeEvalCallback(TrainerCallback):
                         attention_mask=encoded["attention_mask"].to(device),
                         generation_config=config,
                         tokenizer=tokenizer,
+                        return_dict_in_generate=True,
                     )
+                    if not isinstance(out, dllm_edit.EditGenerationOutput) or out.sequences is None:
+                        raise TypeError(f"generate returned {type(out).__name__} without sequences")
                     width = encoded["input_ids"].shape[1]
                     texts = tokenizer.batch_decode(out.sequences[:, width:], skip_special_tokens=True)
                     refs = self.references[start : start + self.batch_size]
                     scores += [self.scorer(t, r) for t, r in zip(texts, refs, strict=True)]
-                    tpf += out.tokens_per_forward.tolist()
-                    forwards += out.num_forwards.float().tolist()
+                    if out.tokens_per_forward is not None and out.num_forwards is not None:
+                        tpf += out.tokens_per_forward.tolist()
+                        forwards += out.num_forwards.float().tolist()
                 metrics[f"decode/{mode}/accuracy"] = sum(scores) / len(scores)
-                metrics[f"decode/{mode}/tokens_per_forward"] = sum(tpf) / len(tpf)
-                metrics[f"decode/{mode}/num_forwards"] = sum(forwards) / len(forwards)
+                metrics[f"decode/{mode}/tokens_per_forward"] = sum(tpf) / max(len(tpf), 1)
+                metrics[f"decode/{mode}/num_forwards"] = sum(forwards) / max(len(forwards), 1)
         finally:
             model.train(was_training)
         return metrics

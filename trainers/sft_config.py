@@ -98,7 +98,10 @@ class EditSFTConfig(SFTConfig):
     )
     noise_granularity: str = field(
         default="sequence",
-        metadata={"help": "Draw the rates per 'sequence' or per 'block'.", "choices": list(NOISE_GRANULARITIES)},
+        metadata={
+            "help": "Draw the rates per 'sequence' or per 'block'.",
+            "choices": list(NOISE_GRANULARITIES),
+        },
     )
     mask_loss_weighting: str = field(
         default="inverse_t",
@@ -122,7 +125,9 @@ class EditSFTConfig(SFTConfig):
         default=True,
         metadata={"help": "Extend responses with supervised EOS tokens to the end of their last block."},
     )
-    noise_seed: int | None = field(default=None, metadata={"help": "Seed of the corruption noise (default: seed)."})
+    noise_seed: int | None = field(
+        default=None, metadata={"help": "Seed of the corruption noise (default: seed)."}
+    )
 
     def __post_init__(self) -> None:
         if self.bf16 is None and not self.fp16:

@@ -66,7 +66,8 @@ def split_last_assistant_turn(example: dict[str, Any]) -> dict[str, Any]:
     if last is None or last == 0:
         raise ValueError(
             "A `messages` conversation needs an assistant turn after at least one other turn (the prompt); "
-            f"got roles {[m.get('role') for m in messages]}. Fix the example, or pass prompt/completion columns."
+            f"got roles {[m.get('role') for m in messages]}. Fix the example, or pass prompt/completion "
+            "columns."
         )
     return {"prompt": messages[:last], "completion": [messages[last]]}
 

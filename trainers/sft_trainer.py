@@ -30,7 +30,11 @@ _TERMS = ("drafting", "editing", "clean")
 def resolve_mask_token_id(args: EditSFTConfig, tokenizer: Any, model: Any) -> int:
     """`args.mask_token_id`, else the tokenizer's, else the model config's; ValueError if none."""
     config = getattr(unwrap(model), "config", None)
-    for source in (args.mask_token_id, getattr(tokenizer, "mask_token_id", None), getattr(config, "mask_token_id", None)):
+    for source in (
+        args.mask_token_id,
+        getattr(tokenizer, "mask_token_id", None),
+        getattr(config, "mask_token_id", None),
+    ):
         if source is not None:
             return int(source)
     raise ValueError(
@@ -92,8 +96,9 @@ class EditSFTTrainer(SFTTrainer):
         >>> trainer.train()  # doctest: +SKIP
     """
 
-    _tag_names = ["trl", "sft", "dllm-edit", "diffusion"]
+    _tag_names = ["trl", "sft", "dllm-edit", "diffusion"]  # noqa: RUF012 (TRL declares it per instance)
     _name = "EditSFT"
+    args: EditSFTConfig
 
     def __init__(
         self,
@@ -151,7 +156,8 @@ class EditSFTTrainer(SFTTrainer):
         train_dataset = conversations_to_prompt_completion(train_dataset, args.assistant_only_loss)
         if isinstance(eval_dataset, dict):
             eval_dataset = {
-                k: conversations_to_prompt_completion(v, args.assistant_only_loss) for k, v in eval_dataset.items()
+                k: conversations_to_prompt_completion(v, args.assistant_only_loss)
+                for k, v in eval_dataset.items()
             }
         elif eval_dataset is not None:
             eval_dataset = conversations_to_prompt_completion(eval_dataset, args.assistant_only_loss)
@@ -176,6 +182,10 @@ class EditSFTTrainer(SFTTrainer):
                 "rows. Resize the embeddings (model.resize_token_embeddings(len(tokenizer))) or fix the id."
             )
         self.attention_form = resolve_attention_form(self.model, args.diffusion_attention)
+        # Saved checkpoints then decode with dllm_edit.generate without naming the mask token.
+        generation_config = getattr(unwrap(self.model), "generation_config", None)
+        if generation_config is not None and getattr(generation_config, "mask_token_id", None) is None:
+            generation_config.mask_token_id = self.mask_token_id
         self.never_sample = tuple(sorted(set(self._tokenizer.all_special_ids) | {self.mask_token_id}))
         self._noise_step: int | None = None
         self._noise_micro = 0
@@ -194,7 +204,9 @@ class EditSFTTrainer(SFTTrainer):
         formatting_func: Any,
         dataset_name: str,
     ) -> Any:
-        dataset = super()._prepare_dataset(dataset, processing_class, args, packing, formatting_func, dataset_name)
+        dataset = super()._prepare_dataset(
+            dataset, processing_class, args, packing, formatting_func, dataset_name
+        )
         if not args.pad_response_with_eos:
             return dataset
         tokenizer = getattr(processing_class, "tokenizer", processing_class)
@@ -218,7 +230,7 @@ class EditSFTTrainer(SFTTrainer):
         the same noise as an uninterrupted one. Evaluation uses step -1, so every evaluation scores
         the same corruption of the evaluation set.
         """
-        training = self.model.training
+        training = bool(getattr(self.model, "training", True))
         step = self.state.global_step if training else -1  # every evaluation scores the same corruption
         if step != self._noise_step:
             self._noise_step, self._noise_micro = step, 0
@@ -230,7 +242,9 @@ class EditSFTTrainer(SFTTrainer):
             seed = (seed * 1_000_003 + int(part)) % (2**63 - 1)
         return torch.Generator(device=device).manual_seed(seed)
 
-    def _block_aligned(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _block_aligned(
+        self, inputs: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """`(input_ids, labels, valid)` `[B, T]` right-padded to a whole number of blocks."""
         ids = inputs["input_ids"]  # [B, T]
         labels = inputs.get("labels", ids)  # [B, T]
@@ -268,7 +282,7 @@ class EditSFTTrainer(SFTTrainer):
                 "not a prediction. Use DecodeEvalCallback to measure decoding."
             )
         args = self.args
-        mode = "train" if self.model.training else "eval"
+        mode = "train" if getattr(self.model, "training", True) else "eval"
         ids, labels, valid = self._block_aligned(inputs)
         response = labels != -100  # [B, T]
         clean = torch.where(response, labels, ids)  # [B, T]
@@ -314,7 +328,9 @@ class EditSFTTrainer(SFTTrainer):
         self._record_terms(mode, nll_sums, counts, valid)
         return loss
 
-    def _record_terms(self, mode: str, nll_sums: torch.Tensor, counts: torch.Tensor, valid: torch.Tensor) -> None:
+    def _record_terms(
+        self, mode: str, nll_sums: torch.Tensor, counts: torch.Tensor, valid: torch.Tensor
+    ) -> None:
         totals = self.accelerator.gather_for_metrics(torch.cat([nll_sums, counts])[None]).sum(0)  # [6]
         sums, counts = totals[:3].tolist(), totals[3:].tolist()
         for name, total, count in zip(_TERMS, sums, counts, strict=True):
@@ -334,7 +350,11 @@ class EditSFTTrainer(SFTTrainer):
         return super().evaluate(*args, **kwargs)
 
     def prediction_step(
-        self, model: Any, inputs: dict[str, Any], prediction_loss_only: bool, ignore_keys: list[str] | None = None
+        self,
+        model: Any,
+        inputs: dict[str, Any],
+        prediction_loss_only: bool,
+        ignore_keys: list[str] | None = None,
     ) -> tuple[torch.Tensor, None, None]:
         """Evaluation loss on a corrupted batch (no logits: see `compute_metrics` above)."""
         inputs = self._prepare_inputs(inputs)

@@ -1,0 +1,50 @@
+"""The `dllm-edit` command line.
+
+Subcommands:
+    sft    edit-aware SFT from a TRL-style YAML recipe (`dllm-edit sft --config recipe.yaml`)
+
+User mistakes (a missing file, an invalid option, a model needing `--trust-remote-code`) print one
+line `dllm-edit <command>: error: ...` and exit with status 2; set `DLLM_EDIT_DEBUG=1` for the
+traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Sequence
+
+from . import sft
+
+COMMANDS: dict[str, tuple[Callable[[Sequence[str]], int], str]] = {
+    "sft": (sft.run, "edit-aware SFT (mixed M2T + T2T objective) from a YAML recipe or flags"),
+}
+
+USAGE = (
+    "usage: dllm-edit <command> [options]   (dllm-edit <command> --help for its options)\n\ncommands:\n"
+    + "\n".join(f"  {name:<8} {help_}" for name, (_, help_) in COMMANDS.items())
+)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `dllm-edit` console script. Returns the exit status."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0 if args else 2
+    command, rest = args[0], args[1:]
+    if command not in COMMANDS:
+        print(f"dllm-edit: error: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
+        return 2
+    run, _ = COMMANDS[command]
+    try:
+        return run(rest)
+    except (ValueError, TypeError, FileNotFoundError, ImportError) as err:
+        if os.environ.get("DLLM_EDIT_DEBUG"):
+            raise
+        print(f"dllm-edit {command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""`dllm-edit sft --config recipe.yaml` on a tiny local model and a local JSONL file."""
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import tiny_llama, tiny_tokenizer
+
+pytest.importorskip("trl")
+
+from dllm_edit.cli import main
+
+RECIPE = Path(__file__).parents[1] / "examples" / "recipes" / "edit_sft_lora.yaml"
+
+
+@pytest.fixture
+def tiny_model_dir(tmp_path):
+    model_dir = tmp_path / "model"
+    tiny_llama("sdpa", seed=7).save_pretrained(model_dir)
+    tiny_tokenizer().save_pretrained(model_dir)
+    return model_dir
+
+
+def test_recipe_trains_a_lora_adapter(tmp_path, tiny_model_dir):
+    data = tmp_path / "train.jsonl"
+    data.write_text(
+        "\n".join(json.dumps({"prompt": "w2 w3 w4", "completion": " w4 w3 w2"}) for _ in range(8))
+    )
+    out = tmp_path / "out"
+    status = main(
+        [
+            "sft",
+            "--config",
+            str(RECIPE),
+            "--model_name_or_path",
+            str(tiny_model_dir),
+            "--dataset_name",
+            str(data),
+            "--output_dir",
+            str(out),
+            "--max_steps",
+            "2",
+            "--per_device_train_batch_size",
+            "4",
+            "--gradient_accumulation_steps",
+            "1",
+            "--block_length",
+            "4",
+            "--max_length",
+            "32",
+            "--lora_target_modules",
+            "q_proj",
+            "v_proj",
+            "--gradient_checkpointing",
+            "false",
+            "--use_cpu",
+            "true",
+            "--disable_tqdm",
+            "true",
+        ]
+    )
+    assert status == 0
+    assert (out / "adapter_config.json").is_file() and (out / "tokenizer_config.json").is_file()
+
+
+def test_user_mistakes_are_one_line_errors(tmp_path, tiny_model_dir, capsys):
+    assert (
+        main(
+            [
+                "sft",
+                "--model_name_or_path",
+                str(tmp_path / "missing"),
+                "--dataset_name",
+                "d.jsonl",
+                "--output_dir",
+                str(tmp_path),
+            ]
+        )
+        == 2
+    )
+    assert "No model at" in capsys.readouterr().err
+    assert (
+        main(
+            [
+                "sft",
+                "--model_name_or_path",
+                str(tiny_model_dir),
+                "--dataset_name",
+                str(tmp_path / "d.jsonl"),
+                "--output_dir",
+                str(tmp_path),
+                "--use_cpu",
+                "true",
+            ]
+        )
+        == 2
+    )
+    assert "No dataset at" in capsys.readouterr().err
+    assert main(["sft", "--output_dir", str(tmp_path), "--edit_rate_max", "3"]) == 2
+    assert "edit_rate" in capsys.readouterr().err
+    assert main(["frobnicate"]) == 2
+    assert "unknown command" in capsys.readouterr().err
