@@ -10,6 +10,10 @@ needs_triton = pytest.mark.skipif(
     importlib.util.find_spec("triton") is None, reason="triton is not installed (the `kernels` extra)"
 )
 
+needs_trl = pytest.mark.skipif(
+    importlib.util.find_spec("trl") is None, reason="trl is not installed (the `train` extra)"
+)
+
 MODULES = [
     "dllm_edit",
     "dllm_edit.config",
@@ -27,6 +31,14 @@ MODULES = [
     "dllm_edit.strategies.multi_block",
     "dllm_edit.strategies.repeat_penalty",
     "dllm_edit.strategies.registry",
+    "dllm_edit.data.synthetic",
+    "dllm_edit.data.char_tokenizer",
+    "dllm_edit.trainers.corruption",
+    "dllm_edit.trainers.diffusion_forward",
+    "dllm_edit.trainers.objective",
+    pytest.param("dllm_edit.trainers.sft_config", marks=needs_trl),
+    pytest.param("dllm_edit.trainers.sft_trainer", marks=needs_trl),
+    pytest.param("dllm_edit.trainers.callbacks", marks=needs_trl),
     "dllm_edit.kernels.candidates",
     "dllm_edit.kernels.candidates.reference",
     "dllm_edit.kernels.masked_logprob",

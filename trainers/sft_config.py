@@ -23,50 +23,41 @@ class EditSFTConfig(SFTConfig):
     everywhere), and `packing` / `padding_free` are refused (block-diffusion attention needs one
     example per row).
 
-    Parameters:
-        > Corruption (LLaDA2.1 section 3.1: drafting stream + editing stream)
-
-        mask_rate_min, mask_rate_max (`float`, defaults 0.1, 1.0):
-            Mask rate `t ~ U[min, max]` drawn per example (or per block, `noise_granularity="block"`):
-            the fraction of response tokens replaced by the mask token (drafting stream, M2T).
-        edit_rate_min, edit_rate_max (`float`, defaults 0.0, 0.2):
-            Fraction `e ~ U[min, max]` of the response tokens left unmasked that are replaced by
-            random tokens (editing stream, T2T). Both 0 gives plain M2T (masked-diffusion) SFT.
-        noise_granularity (`str`, default `"sequence"`): draw `t` and `e` per `"sequence"` or per
-            `"block"`.
-
-        > Loss
-
-        mask_loss_weighting (`str`, default `"inverse_t"`): weight of the drafting term, `1/t` (the
+    Attributes:
+        mask_rate_min (float): lowest mask rate `t` (default 0.1). `t ~ U[min, max]` is drawn per
+            example (or per block): the fraction of response tokens replaced by the mask token
+            (drafting stream, M2T; LLaDA2.1 section 3.1).
+        mask_rate_max (float): highest mask rate `t` (default 1.0).
+        edit_rate_min (float): lowest fraction `e` of the response tokens left unmasked that are
+            replaced by random tokens (editing stream, T2T; default 0.0).
+        edit_rate_max (float): highest such fraction (default 0.2). Both 0 (with
+            `clean_loss_weight=0`) gives plain masked-diffusion SFT.
+        noise_granularity (str): draw `t` and `e` per `"sequence"` (default) or per `"block"`.
+        mask_loss_weighting (str): weight of the drafting term: `"inverse_t"` (default; `1/t`, the
             masked-diffusion ELBO weighting) or `"none"`.
-        edit_loss_weight (`float`, default 1.0): `λ_edit`, weight of the editing term (positions
-            holding a wrong token).
-        clean_loss_weight (`float`, default 1.0): `λ_clean`, weight of the clean term (positions
-            holding the right token). `> 0` calibrates confidence on right tokens, which the T2T
-            threshold rule needs; with editing noise on, 0 teaches the model that every visible token
-            is suspect.
-
-        > Multi-turn Forward (MTF)
-
-        mtf_turns (`int`, default 1): forwards per example. 1 is MTF off; `k > 1` adds `k - 1` turns,
-            each on a draft built from the previous turn's detached argmax predictions, trained to
-            recover the clean tokens (the model sees its own kind of errors, not only uniform noise).
-        mtf_fill_rate (`float`, default 0.5): fraction of the still-masked positions each extra turn
-            fills with the model's predictions.
-
-        > Model and sequence
-
-        mask_token_id (`int`, optional): the mask token; default: the tokenizer's `mask_token_id`,
-            then the model config's `mask_token_id`.
-        block_length (`int`, default 32): tokens per block (LLaDA2.x use 32). Sequences are padded to a
+        edit_loss_weight (float): `λ_edit`, weight of the editing term (positions holding a wrong
+            token; default 1.0).
+        clean_loss_weight (float): `λ_clean`, weight of the clean term (positions holding the right
+            token; default 1.0). `> 0` calibrates confidence on right tokens, which the T2T
+            threshold rule needs; with editing noise on, 0 teaches the model that every visible
+            token is suspect.
+        mtf_turns (int): forwards per example (default 1 = Multi-turn Forward off); `k > 1` adds
+            `k - 1` turns, each on a draft built from the previous turn's detached argmax
+            predictions, trained to recover the clean tokens.
+        mtf_fill_rate (float): fraction of the still-masked positions each extra MTF turn fills
+            with the model's predictions (default 0.5).
+        mask_token_id (int | None): the mask token; default: the tokenizer's `mask_token_id`, then
+            the model config's.
+        block_length (int): tokens per block (default 32, as LLaDA2.x). Sequences are padded to a
             multiple of it.
-        diffusion_attention (`str`, default `"auto"`): `"block_diffusion"`, `"bidirectional"`,
-            `"masked_lm"`, or `"auto"` (from the model's decoding adapter, see `dllm_edit.adapters`).
-        pad_response_with_eos (`bool`, default True): extend each response with supervised EOS tokens
-            to the end of its last block, as block decoding fills a block after the answer ends.
-        noise_seed (`int`, optional): seed of the corruption noise; default `seed`. The noise of a
-            micro-batch depends only on this seed, the optimizer step, the micro-batch index and the
-            process rank, so resuming from a checkpoint reproduces it.
+        diffusion_attention (str): `"block_diffusion"`, `"bidirectional"`, `"masked_lm"`, or
+            `"auto"` (default: from the model's decoding adapter, see `dllm_edit.adapters`).
+        pad_response_with_eos (bool): extend each response with supervised EOS tokens to the end
+            of its last block, as block decoding fills a block after the answer ends (default
+            True).
+        noise_seed (int | None): seed of the corruption noise; default `seed`. The noise of a
+            micro-batch depends only on this seed, the optimizer step, the micro-batch index and
+            the process rank, so resuming from a checkpoint reproduces it.
 
     Examples:
         >>> from dllm_edit.trainers import EditSFTConfig

@@ -1,0 +1,28 @@
+"""The cookbook's CPU examples run end to end with tiny sizes."""
+
+import runpy
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).parents[1] / "examples"
+
+
+def run_example(name, *args, monkeypatch):
+    monkeypatch.setattr(sys, "argv", [name, *args])
+    runpy.run_path(str(EXAMPLES / name), run_name="__main__")
+
+
+def test_edit_sft_lora_example(monkeypatch, tmp_path, capsys):
+    pytest.importorskip("peft")
+    run_example(
+        "edit_sft_lora.py", "--steps", "4", "--tiny", "--output-dir", str(tmp_path), monkeypatch=monkeypatch
+    )
+    out = capsys.readouterr().out
+    assert "speedy:" in out and "quality:" in out and "accuracy" in out
+
+
+def test_quickstart(monkeypatch, capsys):
+    run_example("quickstart.py", monkeypatch=monkeypatch)
+    assert "speedy" in capsys.readouterr().out
