@@ -288,3 +288,15 @@ def test_edit_candidates_reference_is_the_softmax():
     _, _, cur_k = edit_candidates_reference(logits, logits.argmin(-1), top_k=2)
     assert torch.equal(cur_k, torch.zeros(4))
     assert math.isclose(float(edit_candidates_reference(logits, current, top_k=1)[1].min()), 1.0)
+
+
+def test_reference_sampling_follows_the_softmax_chi_square():
+    # the torch path (CPU): Gumbel-max with torch.rand; 20000 samples in one call
+    probs = torch.tensor([0.05, 0.1, 0.15, 0.2, 0.2, 0.3])
+    logits = (0.7 * probs.log()).expand(20000, 6)
+    tok, prob = candidates_reference(logits, temperature=0.7, generator=torch.Generator().manual_seed(0))
+    counts = torch.bincount(tok, minlength=6).double()
+    expected = 20000 * probs.double()
+    chi2 = ((counts - expected) ** 2 / expected).sum().item()
+    assert chi2 < 20.52, (chi2, counts.tolist())
+    torch.testing.assert_close(prob, probs[tok])

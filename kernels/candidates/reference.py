@@ -66,8 +66,9 @@ def _candidates_chunk(
     if temperature > 0:
         # Gumbel-max: argmax(x + G) is a sample of softmax(x).
         u = torch.rand(x.shape, generator=generator, device=x.device, dtype=torch.float32)  # [n, V]
-        gumbel = -torch.log(-torch.log(u.clamp_min(1e-20)).clamp_min(1e-20))  # [n, V]
-        token = torch.argmax(x + gumbel, dim=-1)  # [n]
+        # in place, the same operations as -log(-log(u.clamp_min(1e-20)).clamp_min(1e-20)) + x
+        key = u.clamp_min_(1e-20).log_().neg_().clamp_min_(1e-20).log_().neg_().add_(x)  # [n, V]
+        token = torch.argmax(key, dim=-1)  # [n]
         chosen = x.gather(-1, token[:, None]).squeeze(-1)  # [n]
     else:
         chosen, token = x.max(dim=-1)  # [n], [n]

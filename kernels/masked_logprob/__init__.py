@@ -9,7 +9,10 @@ backward pass, in the spirit of Liger's fused linear cross-entropy.
 
 Dispatch (see `dllm_edit.kernels._dispatch`): the softmax part runs as Triton kernels (`triton.py`)
 on CUDA tensors when triton is installed, and as chunked torch (`reference.py`) otherwise; the
-matrix products are torch (`F.linear`, cuBLAS on GPU) on both paths.
+matrix products are torch (`F.linear`, cuBLAS on GPU) on both paths. With `weight`, the forward
+pass runs over vocabulary chunks (the weight is read once; a running log-sum-exp in torch, on both
+backends) and so does the backward pass (each weight-gradient slice is one product; the gradient
+of the logits chunk is the Triton kernel on the Triton path).
 """
 
 from __future__ import annotations
@@ -39,6 +42,35 @@ def _ops(fused: bool) -> ModuleType:
     return reference
 
 
+def _linear_forward(
+    flat: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    targets: torch.Tensor,
+    rows: torch.Tensor | None,
+    chunk_rows: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fused linear forward over vocabulary chunks, so that the weight is read once: `(logp, lse)`.
+
+    Torch on both backends: each chunk is one matrix product and one log-sum-exp, merged into the
+    running log-sum-exp with `logaddexp`.
+    """
+    h = flat if rows is None else flat[rows]  # [M, H]
+    n, vocab = targets.shape[0], weight.shape[0]
+    cols = max(1, chunk_rows * vocab // max(n, 1))
+    lse = torch.full((n,), -float("inf"), dtype=torch.float32, device=h.device)  # [M]
+    picked = torch.zeros(n, dtype=torch.float32, device=h.device)  # [M], the target's logit
+    for v0 in range(0, vocab, cols):
+        v1 = min(vocab, v0 + cols)
+        z = F.linear(h, weight[v0:v1], None if bias is None else bias[v0:v1]).float()  # [M, c]
+        lse = torch.logaddexp(lse, torch.logsumexp(z, dim=-1))
+        local = targets - v0  # [M]
+        hit = (local >= 0) & (local < v1 - v0)  # [M]
+        at = z.gather(1, local.clamp(0, v1 - v0 - 1)[:, None]).squeeze(1)  # [M]
+        picked = torch.where(hit, at, picked)
+    return picked - lse, lse
+
+
 class _MaskedLogprob(torch.autograd.Function):
     """`log softmax(logits)[target]` for rows of `flat` (`[N, V]` logits or `[N, H]` hidden states)."""
 
@@ -57,17 +89,15 @@ class _MaskedLogprob(torch.autograd.Function):
         n = targets.shape[0]
         logp = torch.empty(n, dtype=torch.float32, device=flat.device)  # [M]
         lse = torch.empty(n, dtype=torch.float32, device=flat.device)  # [M]
-        if weight is None and fused:
+        if weight is not None:
+            logp, lse = _linear_forward(flat, weight, bias, targets, rows, chunk_rows)
+        elif fused:
             # one launch: the kernel reads the selected rows in place
             logp, lse = ops.logprob_forward(flat, targets, rows)
         else:
             for s in range(0, n, chunk_rows):
                 e = min(n, s + chunk_rows)
-                if weight is None:
-                    x = flat[s:e] if rows is None else flat[rows[s:e]]  # [c, V]
-                else:
-                    h = flat[s:e] if rows is None else flat[rows[s:e]]  # [c, H]
-                    x = F.linear(h, weight, bias)  # [c, V]
+                x = flat[s:e] if rows is None else flat[rows[s:e]]  # [c, V]
                 logp[s:e], lse[s:e] = ops.logprob_forward(x, targets[s:e])
         ctx.save_for_backward(flat, weight, bias, targets, rows, lse)
         ctx.chunk_rows = chunk_rows

@@ -103,13 +103,16 @@ def logprob_backward(
         >>> logprob_backward(x, torch.tensor([1]), lse, torch.ones(1)).tolist()
         [[-0.5, 0.5]]
     """
-    z = (x if rows is None else x[rows]).float()  # [n, C]
-    d = torch.exp(z - lse[:, None]).mul_(-grad[:, None])  # [n, C]
+    z = x if rows is None else x[rows]  # [n, C]
+    direct = out is not None and rows is None and out.dtype == torch.float32
+    # float32 lse promotes a lower-precision z: the difference is float32 without a float32 copy of z
+    d = torch.sub(z, lse[:, None], out=out) if direct else torch.sub(z, lse[:, None])  # [n, C]
+    d.exp_().mul_(-grad[:, None])
     local = targets - offset  # [n]
     hit = (local >= 0) & (local < z.shape[-1])  # [n], the target falls in this column slice
     d.scatter_add_(1, local.clamp(0, z.shape[-1] - 1)[:, None], (grad * hit)[:, None])
-    if out is None:
-        return d
+    if out is None or direct:
+        return d if out is None else out
     if rows is None:
         out.copy_(d)
     else:
