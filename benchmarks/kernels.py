@@ -224,9 +224,9 @@ def cpu_section(args: argparse.Namespace) -> None:
         )
     print()
     print(
-        "ratio: dispatcher / naive (target <= 10% for memory, <= 1.00 for time). The logits-input "
-        "masked_logprob rows include the gradient of the logits (rows x V, in the logits dtype), "
-        "which both paths must return."
+        "ratio: dispatcher / naive (target <= 10% for memory, <= 1.00 for time). masked_logprob: "
+        "the memory excludes the returned gradients (the previous call's are resident at the "
+        "baseline and freed as the call starts, the new ones take their place)."
     )
 
 
