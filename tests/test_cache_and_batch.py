@@ -96,3 +96,26 @@ def test_rows_without_work_leave_the_forward_batch(llama_eager, use_cache):
             llama_eager, ids[i : i + 1, mask[i].bool()], generation_config=cfg, use_cache=use_cache
         )
         assert torch.equal(out.sequences[i, 4:], alone.sequences[0, int(mask[i].sum()) :])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_rows_finishing_in_the_first_block_leave_an_empty_cache(seed):
+    # Regression: prompts shorter than a block finish in the block they share with the prompt, while
+    # nothing is cached yet (but the cache layers exist, sized for all rows). Sampling makes some rows
+    # emit EOS there; decoding must go on with the others, identically with and without the cache.
+    from conftest import tiny_llama
+
+    model = tiny_llama("sdpa", seed=7)
+    ids = torch.tensor([[2 + i // 4, 3 + i // 4] for i in range(8)])
+    outs = []
+    for use_cache in (True, False):
+        cfg = dllm_edit.EditGenerationConfig.from_mode(
+            "speedy", block_length=4, max_new_tokens=8, temperature=1.0, use_cache=use_cache, **IDS
+        )
+        outs.append(
+            dllm_edit.generate(
+                model, ids, generation_config=cfg, generator=torch.Generator().manual_seed(seed)
+            )
+        )
+    assert torch.equal(outs[0].sequences, outs[1].sequences)
+    assert torch.equal(outs[0].num_forwards, outs[1].num_forwards)

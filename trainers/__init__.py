@@ -1,10 +1,13 @@
 """Trainers that teach diffusion LMs to edit (installed as `dllm_edit.trainers`).
 
 - `EditSFTConfig` / `EditSFTTrainer`: edit-aware SFT (LLaDA2.1 section 3.1), a TRL `SFTTrainer`.
+- `EBPOConfig` / `EBPOTrainer`: ELBO-based Block-level Policy Optimization (section 3.2), RL with
+  rollouts from the editable decoder and TRL-style reward functions.
 - `DecodeEvalCallback`: decode held-out prompts with the S / Q presets during training.
 - Torch-only building blocks, shared with other trainers: `corrupt_response` (the mask + random-token
   corruption), `DiffusionForward` / `block_diffusion_allowed` (the vectorised block-diffusion forward
-  and its attention rule), `edit_objective` (the drafting + editing + clean loss).
+  and its attention rule), `edit_objective` (the drafting + editing + clean loss), `elbo_token_logps`
+  and `ebpo_surrogate` (EBPO's ELBO and clipped surrogate), `group_advantages`, `exact_match_reward`.
 
 The TRL-based classes need the `train` extra (`pip install "dllm-edit[train]"`); they are imported
 on first use, so the building blocks work without TRL.
@@ -16,12 +19,17 @@ from typing import Any
 
 from .corruption import Corruption, corrupt_response
 from .diffusion_forward import DiffusionForward, block_diffusion_allowed, resolve_attention_form
+from .ebpo_loss import SurrogateTerms, ebpo_surrogate
+from .elbo import counter_uniform, elbo_token_logps
 from .objective import ObjectiveTerms, edit_objective
+from .rewards import exact_match_reward, group_advantages
 
 _LAZY = {
     "EditSFTConfig": ".sft_config",
     "EditSFTTrainer": ".sft_trainer",
     "DecodeEvalCallback": ".callbacks",
+    "EBPOConfig": ".ebpo_config",
+    "EBPOTrainer": ".ebpo_trainer",
 }
 
 
@@ -43,11 +51,19 @@ __all__ = [
     "Corruption",
     "DecodeEvalCallback",
     "DiffusionForward",
+    "EBPOConfig",
+    "EBPOTrainer",
     "EditSFTConfig",
     "EditSFTTrainer",
     "ObjectiveTerms",
+    "SurrogateTerms",
     "block_diffusion_allowed",
     "corrupt_response",
+    "counter_uniform",
+    "ebpo_surrogate",
     "edit_objective",
+    "elbo_token_logps",
+    "exact_match_reward",
+    "group_advantages",
     "resolve_attention_form",
 ]

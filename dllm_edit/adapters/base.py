@@ -67,7 +67,14 @@ class ModelAdapter:
 
 
 def forward_kwargs(model: Any) -> set[str]:
-    """Names of the keyword arguments `model.forward` accepts (all, if it takes **kwargs)."""
+    """Names of the keyword arguments `model.forward` accepts (all, if it takes **kwargs).
+
+    A PEFT wrapper forwards its keyword arguments to the model it wraps, so that model's signature is
+    the one read (it tells, e.g., whether the cache argument is named `cache` or `past_key_values`).
+    """
+    get_base = getattr(model, "get_base_model", None)
+    if callable(get_base):
+        model = get_base()
     try:
         params = inspect.signature(model.forward).parameters
     except (TypeError, ValueError):

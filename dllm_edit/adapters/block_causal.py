@@ -88,8 +88,13 @@ class _BlockCausalSession:
         """Keep only `rows` (a subset of the current rows, ascending) in later forwards and the cache."""
         if rows.numel() == self.rows.numel():
             return
-        if self.cache is not None and self._cached() > 0:
-            self.cache.batch_select_indices(torch.searchsorted(self.rows, rows))
+        if self.cache is not None:
+            if self._cached() > 0:
+                self.cache.batch_select_indices(torch.searchsorted(self.rows, rows))
+            else:  # nothing cached yet, but layers may hold empty tensors sized for the old rows
+                from transformers import DynamicCache
+
+                self.cache = DynamicCache()
         self.rows = rows
 
     def _cached(self) -> int:

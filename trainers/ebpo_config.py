@@ -1,0 +1,169 @@
+"""`EBPOConfig`: TRL's `GRPOConfig` plus the fields of ELBO-based Block-level Policy Optimization."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+from trl import GRPOConfig
+
+from .diffusion_forward import ATTENTION_FORMS
+from .ebpo_loss import RATIO_LEVELS
+from .elbo import ELBO_WEIGHTINGS
+
+
+@dataclass
+class EBPOConfig(GRPOConfig):
+    r"""Configuration of `EBPOTrainer`: TRL's `GRPOConfig` plus the fields below.
+
+    The GRPO fields keep their meaning where EBPO has one: `num_generations` (group size),
+    `max_completion_length`, `temperature` / `top_p` / `top_k` (rollout sampling), `epsilon` and
+    `epsilon_high` (ε_low / ε_high of the clip, equation 4), `beta` (KL to the initial policy,
+    default 0), `num_iterations` (optimizer steps per rollout batch), `scale_rewards`,
+    `reward_weights`, `disable_dropout`. `per_device_train_batch_size` counts completions and must
+    be a multiple of `num_generations` (each micro-batch holds whole groups). GRPO options with no
+    EBPO meaning (vLLM, `importance_sampling_level`, `loss_type`, entropy terms, ...) are refused
+    when set, never silently ignored. `bf16` is on only when a CUDA device supports it.
+
+    Attributes:
+        elbo_timesteps (int): N, timesteps (forwards) per ELBO estimate (default 2).
+        timestep_min (float): lowest timestep t (default 0.1).
+        timestep_max (float): highest timestep t (default 1.0). Timesteps are stratified in
+            [min, max], one per stratum.
+        elbo_weighting (str): `"inverse_t"` (default, w_n = 1/(N t_n), the ELBO weighting) or
+            `"uniform"` (w_n = 1/N).
+        ratio_level (str): `"sequence"` (default; ρ(y|x) normalised by the completion's supervised
+            tokens), `"block"` or `"token"`.
+        rollout_mode (str): decoding preset of the rollouts, `"speedy"` (default) or `"quality"`.
+        rollout_overrides (dict | str | None): `EditGenerationConfig` fields applied on top of the
+            preset (a dict, or its JSON in YAML/CLI), e.g. `{"multi_block_edit": true}`.
+        block_length (int | None): tokens per block, for rollouts and the ELBO forward (default:
+            the preset's, 32).
+        mask_token_id (int | None): the mask token (default: tokenizer, then model config).
+        diffusion_attention (str): training forward form, as in `EditSFTConfig` (default `"auto"`).
+
+    Examples:
+        >>> from dllm_edit.trainers import EBPOConfig
+        >>> cfg = EBPOConfig(output_dir="out", num_generations=4, per_device_train_batch_size=8,
+        ...                  report_to="none")
+        >>> cfg.ratio_level, cfg.elbo_timesteps, cfg.epsilon_high
+        ('sequence', 2, 0.2)
+    """
+
+    elbo_timesteps: int = field(default=2, metadata={"help": "N: timesteps (forwards) per ELBO estimate."})
+    timestep_min: float = field(default=0.1, metadata={"help": "Lowest ELBO timestep t."})
+    timestep_max: float = field(default=1.0, metadata={"help": "Highest ELBO timestep t."})
+    elbo_weighting: str = field(
+        default="inverse_t",
+        metadata={
+            "help": "ELBO weights: 'inverse_t' (1/(N t)) or 'uniform' (1/N).",
+            "choices": list(ELBO_WEIGHTINGS),
+        },
+    )
+    ratio_level: str = field(
+        default="sequence",
+        metadata={
+            "help": "Probability ratio per 'sequence', 'block' or 'token'.",
+            "choices": list(RATIO_LEVELS),
+        },
+    )
+    rollout_mode: str = field(
+        default="speedy", metadata={"help": "Decoding preset of the rollouts: 'speedy' or 'quality'."}
+    )
+    rollout_overrides: dict[str, Any] | str | None = field(
+        default=None, metadata={"help": "EditGenerationConfig fields for rollouts (dict or JSON string)."}
+    )
+    block_length: int | None = field(default=None, metadata={"help": "Tokens per block (default: preset's)."})
+    mask_token_id: int | None = field(default=None, metadata={"help": "Mask token id (default: tokenizer)."})
+    diffusion_attention: str = field(
+        default="auto",
+        metadata={"help": "Training forward form.", "choices": ["auto", *ATTENTION_FORMS]},
+    )
+
+    # GRPO options with no EBPO meaning: name -> the value that means "off".
+    _UNSUPPORTED: ClassVar[dict[str, Any]] = {
+        "use_vllm": False,
+        "importance_sampling_level": "token",
+        "use_liger_kernel": False,
+        "entropy_coef": 0.0,
+        "use_adaptive_entropy": False,
+        "top_entropy_quantile": 1.0,
+        "delta": None,
+        "sync_ref_model": False,
+        "use_transformers_continuous_batching": False,
+        "mask_truncated_completions": False,
+        "min_p": None,
+        "repetition_penalty": 1.0,
+        "generation_kwargs": None,
+    }
+
+    def __post_init__(self) -> None:
+        if self.bf16 is None and not self.fp16:
+            self.bf16 = bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+        if isinstance(self.rollout_overrides, str):
+            try:
+                self.rollout_overrides = json.loads(self.rollout_overrides)
+            except json.JSONDecodeError as err:
+                raise ValueError(
+                    f"`rollout_overrides` must be a JSON object, got {self.rollout_overrides!r}."
+                ) from err
+        super().__post_init__()
+        if self.epsilon_high is None:
+            self.epsilon_high = self.epsilon
+        self.validate_ebpo_fields()
+
+    def validate_ebpo_fields(self) -> None:
+        """Check the EBPO fields; raise a ValueError naming the field, the constraint and the fix."""
+        for name, off in self._UNSUPPORTED.items():
+            if getattr(self, name, off) != off:
+                raise ValueError(
+                    f"`{name}`={getattr(self, name)!r} has no meaning in EBPO and is not supported; "
+                    f"leave it at {off!r}. (Rollouts come from dllm_edit.generate; the ratio level is "
+                    "`ratio_level`.)"
+                )
+        if self.loss_type not in ("dapo", "grpo"):
+            raise ValueError(
+                f"`loss_type`={self.loss_type!r} is a GRPO loss; EBPO has its own (see `ratio_level`). "
+                "Leave it at its default."
+            )
+        if self.steps_per_generation != self.gradient_accumulation_steps:
+            raise ValueError(
+                "EBPO generates rollouts for every micro-batch; `steps_per_generation` / "
+                "`generation_batch_size` are not supported. Leave them unset (use `num_iterations` to "
+                "reuse rollouts)."
+            )
+        if self.per_device_train_batch_size % int(self.num_generations or 1):
+            raise ValueError(
+                f"`per_device_train_batch_size`={self.per_device_train_batch_size} (completions per "
+                f"micro-batch) must be a multiple of `num_generations`={self.num_generations}, so that "
+                "every group of completions of one prompt sits in one micro-batch."
+            )
+        if not isinstance(self.elbo_timesteps, int) or self.elbo_timesteps < 1:
+            raise ValueError(f"`elbo_timesteps` must be an int >= 1, got {self.elbo_timesteps!r}.")
+        if not 0.0 < self.timestep_min <= self.timestep_max <= 1.0:
+            raise ValueError(
+                f"Timesteps must satisfy 0 < timestep_min <= timestep_max <= 1, got {self.timestep_min!r}, "
+                f"{self.timestep_max!r}."
+            )
+        if self.elbo_weighting not in ELBO_WEIGHTINGS:
+            raise ValueError(
+                f"`elbo_weighting` must be one of {list(ELBO_WEIGHTINGS)}, got {self.elbo_weighting!r}."
+            )
+        if self.ratio_level not in RATIO_LEVELS:
+            raise ValueError(f"`ratio_level` must be one of {list(RATIO_LEVELS)}, got {self.ratio_level!r}.")
+        if self.rollout_mode not in ("speedy", "quality"):
+            raise ValueError(f"`rollout_mode` must be 'speedy' or 'quality', got {self.rollout_mode!r}.")
+        if self.rollout_overrides is not None and not isinstance(self.rollout_overrides, dict):
+            raise ValueError(
+                f"`rollout_overrides` must be a dict (or JSON object), got {self.rollout_overrides!r}."
+            )
+        if self.block_length is not None and (
+            not isinstance(self.block_length, int) or self.block_length < 1
+        ):
+            raise ValueError(f"`block_length` must be None or a positive int, got {self.block_length!r}.")
+        if self.epsilon < 0 or (self.epsilon_high is not None and self.epsilon_high < 0):
+            raise ValueError(
+                f"`epsilon` / `epsilon_high` must be >= 0, got {self.epsilon!r} / {self.epsilon_high!r}."
+            )

@@ -1,0 +1,478 @@
+"""`EBPOTrainer`: ELBO-based Block-level Policy Optimization (LLaDA2.1 section 3.2), TRL-style.
+
+One training micro-step:
+
+1. **Rollouts.** The micro-batch's prompts are repeated `num_generations` times and decoded with
+   `dllm_edit.generate` (batched; the S or Q preset, any override such as multi-block editing),
+   sampling with a generator seeded from `(seed, step, micro-batch, rank)`.
+2. **Rewards and advantages.** Reward functions (TRL's calling convention, see
+   `dllm_edit.trainers.rewards`) score the completions; advantages are group-relative.
+3. **θ_old.** Each completion gets a noise seed; the ELBO summands of the rollout policy are computed
+   on that noise (`dllm_edit.trainers.elbo`), without gradient, and stored with the batch.
+4. **Loss.** The same summands under the current θ — on the same noise, since it is a function of the
+   per-sample seed — give the ratio of equation 5 and the clipped surrogate of equation 4
+   (`dllm_edit.trainers.ebpo_loss`).
+
+With `num_iterations = μ > 1` a rollout batch is reused for μ optimizer steps (the dataloader's
+prompts of the reused steps are skipped), which is when the ratio moves away from 1 and the clip acts.
+The block-diffusion forward and its mask are the SFT trainer's (`DiffusionForward`).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer
+
+import dllm_edit
+from dllm_edit.special_tokens import resolve_special_tokens
+
+from .diffusion_forward import DiffusionForward, resolve_attention_form, unwrap
+from .ebpo_config import EBPOConfig
+from .ebpo_loss import ebpo_surrogate
+from .elbo import elbo_token_logps
+from .rewards import (
+    check_reward_func,
+    combine_rewards,
+    compute_rewards,
+    group_advantages,
+    load_reward_func,
+    reward_name,
+)
+from .sft_trainer import resolve_mask_token_id
+
+
+@dataclass
+class Rollouts:
+    """A decoded, scored micro-batch, ready for the loss.
+
+    Attributes:
+        clean: LongTensor `[B, T]`, prompt ⊕ completion, right-padded to whole blocks.
+        valid: BoolTensor `[B, T]`, non-padding positions.
+        supervised: BoolTensor `[B, T]`, completion positions (with EOS to the block end).
+        seeds: LongTensor `[B]`, per-sample noise seeds.
+        advantages: FloatTensor `[B]`.
+        old_logp: FloatTensor `[B, T]`, ELBO summands of the rollout policy.
+        ref_logp: FloatTensor `[B, T]` or None, of the reference policy (`beta > 0`).
+        created_step: the optimizer step the rollouts were generated at.
+    """
+
+    clean: torch.Tensor
+    valid: torch.Tensor
+    supervised: torch.Tensor
+    seeds: torch.Tensor
+    advantages: torch.Tensor
+    old_logp: torch.Tensor
+    ref_logp: torch.Tensor | None
+    created_step: int
+
+
+def _identity(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return rows
+
+
+class EBPOTrainer(Trainer):
+    """Reinforcement learning of diffusion LMs with EBPO (see the module docstring).
+
+    Args:
+        model: a model or its name / path (loaded with `AutoModelForCausalLM`, `model_init_kwargs`).
+        reward_funcs: one or several reward callables (or `"module:function"` strings).
+        args: an `EBPOConfig`.
+        train_dataset: a `datasets.Dataset` with a `prompt` column (text or chat messages); the other
+            columns are passed to the reward functions.
+        processing_class: the tokenizer (default: loaded from the model's name).
+        peft_config: a PEFT config for LoRA training (only adapters change; the reference policy,
+            when `beta > 0`, is the model with adapters disabled).
+        callbacks: transformers callbacks.
+        optimizers: `(optimizer, scheduler)` as for `Trainer`.
+
+    Logged: `reward` (and `rewards/<function>`), `reward_std`, `ratio/mean`, `clip_ratio/low`,
+    `clip_ratio/high`, `kl` (if `beta > 0`), `rollout/tokens_per_forward`, `rollout/num_forwards`,
+    `rollout/num_edits`, `completions/mean_length`, `completions/empty_fraction`,
+    `completions/unscored_fraction`.
+
+    Examples:
+        >>> from dllm_edit.trainers import EBPOTrainer
+        >>> EBPOTrainer.__mro__[1].__name__
+        'Trainer'
+
+        A run (see the cookbook, "EBPO with a verifiable reward"):
+
+        >>> trainer = EBPOTrainer(model, reward_funcs=exact_match_reward,  # doctest: +SKIP
+        ...     args=EBPOConfig(output_dir="out", num_generations=8), train_dataset=prompts,
+        ...     processing_class=tokenizer)
+        >>> trainer.train()  # doctest: +SKIP
+    """
+
+    args: EBPOConfig
+
+    def __init__(
+        self,
+        model: Any,
+        reward_funcs: Callable[..., Any] | str | Sequence[Callable[..., Any] | str],
+        args: EBPOConfig | None = None,
+        train_dataset: Any = None,
+        processing_class: Any = None,
+        peft_config: Any = None,
+        callbacks: list[Any] | None = None,
+        optimizers: tuple[Any, Any] = (None, None),
+    ) -> None:
+        if args is None:
+            args = EBPOConfig(output_dir="ebpo")
+        if not isinstance(args, EBPOConfig):
+            raise TypeError(f"`args` must be an EBPOConfig, got {type(args).__name__}.")
+        funcs = (
+            [reward_funcs] if callable(reward_funcs) or isinstance(reward_funcs, str) else list(reward_funcs)
+        )
+        if not funcs:
+            raise ValueError("`reward_funcs` is empty; pass at least one reward function.")
+        self.reward_funcs = [load_reward_func(f) for f in funcs]
+        for func in self.reward_funcs:
+            check_reward_func(func)
+        if args.reward_weights is not None and len(args.reward_weights) != len(self.reward_funcs):
+            raise ValueError(
+                f"`reward_weights` has {len(args.reward_weights)} values for {len(self.reward_funcs)} reward "
+                "functions; give one weight per function."
+            )
+        if train_dataset is None:
+            raise ValueError("`train_dataset` is required.")
+        columns = getattr(train_dataset, "column_names", None) or list(next(iter(train_dataset)))
+        if "prompt" not in columns:
+            raise ValueError(
+                f"`train_dataset` has columns {sorted(columns)}; EBPO needs a 'prompt' column (text or chat "
+                "messages). The other columns are passed to the reward functions."
+            )
+        if isinstance(model, str):
+            init_kwargs = args.model_init_kwargs if isinstance(args.model_init_kwargs, dict) else {}
+            model = AutoModelForCausalLM.from_pretrained(model, **init_kwargs)
+        if processing_class is None:
+            processing_class = AutoTokenizer.from_pretrained(unwrap(model).config._name_or_path)
+        self.mask_token_id = resolve_mask_token_id(args, processing_class, model)  # type: ignore[arg-type]
+        if peft_config is not None:
+            from peft import get_peft_model
+
+            model = get_peft_model(model, peft_config)
+            if args.gradient_checkpointing:
+                model.enable_input_require_grads()
+        if args.disable_dropout:
+            from trl.trainer.utils import disable_dropout_in_model
+
+            disable_dropout_in_model(model)
+        self.rollout_config = dllm_edit.EditGenerationConfig.from_mode(
+            args.rollout_mode,
+            max_new_tokens=args.max_completion_length,
+            temperature=args.temperature,
+            top_p=args.top_p if args.top_p < 1.0 else None,
+            top_k=args.top_k if args.top_k else None,
+            mask_token_id=self.mask_token_id,
+            **({"block_length": args.block_length} if args.block_length else {}),
+            **(args.rollout_overrides if isinstance(args.rollout_overrides, dict) else {}),
+        )  # raises on an invalid override before any training
+        self.block_length = int(self.rollout_config.block_length)
+        self.group_size = int(args.num_generations or 1)
+        self.attention_form = resolve_attention_form(model, args.diffusion_attention)
+        super().__init__(
+            model=model,
+            args=args,
+            data_collator=_identity,  # type: ignore[arg-type]
+            train_dataset=train_dataset,
+            processing_class=processing_class,
+            callbacks=callbacks,
+            optimizers=optimizers,
+        )
+        self._eos_ids()  # fail now if there is none
+        self.ref_model = None
+        if args.beta > 0 and peft_config is None:
+            self.ref_model = copy.deepcopy(unwrap(self.model)).eval().requires_grad_(False)
+        self._buffer: dict[int, Rollouts] = {}
+        self._micro_step = 0
+        self._micro_of: int | None = None
+        self._metrics: dict[str, list[float]] = defaultdict(list)
+
+    def _eos_ids(self) -> torch.Tensor:
+        """EOS ids, resolved as decoding resolves them (transformers' Trainer may align the model's
+        ids with the tokenizer's when training starts, so they are read at each use)."""
+        special = resolve_special_tokens(unwrap(self.model), self.rollout_config, self.processing_class)
+        if not special.eos:
+            raise ValueError(
+                "EBPO needs an EOS token id to end completions: set tokenizer.eos_token or "
+                "model.generation_config.eos_token_id."
+            )
+        return torch.tensor(sorted(special.eos))  # [E]
+
+    # ---- data ---------------------------------------------------------------------------------------------
+
+    def get_train_dataloader(self) -> DataLoader:
+        """Batches of `per_device_train_batch_size / num_generations` prompts (rows as dicts)."""
+        generator = torch.Generator().manual_seed(self.args.seed)
+        loader = DataLoader(
+            self.train_dataset,  # type: ignore[arg-type]
+            batch_size=self.args.per_device_train_batch_size // self.group_size,
+            shuffle=True,
+            generator=generator,
+            collate_fn=_identity,
+            drop_last=True,
+        )
+        return self.accelerator.prepare(loader)
+
+    def _seed(self, *parts: int) -> int:
+        seed = 0
+        for part in (self.args.seed, self.args.process_index, *parts):
+            seed = (seed * 1_000_003 + int(part)) % (2**63 - 1)
+        return seed
+
+    # ---- rollouts -----------------------------------------------------------------------------------------
+
+    def _prompt_texts(self, prompts: list[Any]) -> list[str]:
+        tokenizer = self.processing_class
+        if prompts and isinstance(prompts[0], list):
+            return [
+                tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True)  # type: ignore[union-attr,misc]
+                for p in prompts
+            ]
+        return [str(p) for p in prompts]
+
+    @torch.no_grad()
+    def generate_rollouts(self, model: Any, rows: list[dict[str, Any]]) -> Rollouts:
+        """Decode, score and prepare one micro-batch of rollouts (steps 1-3 of the module docstring)."""
+        args = self.args
+        tokenizer: Any = self.processing_class
+        group = self.group_size
+        rows = [row for row in rows for _ in range(group)]
+        prompts = [row["prompt"] for row in rows]
+        encoded = tokenizer(
+            self._prompt_texts(prompts),
+            return_tensors="pt",
+            padding=True,
+            padding_side="left",
+            add_special_tokens=False,
+        )
+        device = self.accelerator.device
+        ids, attention = encoded["input_ids"].to(device), encoded["attention_mask"].to(device)  # [B, W]
+        was_training = model.training
+        model.eval()
+        try:
+            out = dllm_edit.generate(
+                model,
+                ids,
+                attention_mask=attention,
+                generation_config=self.rollout_config,
+                generator=torch.Generator(device=device).manual_seed(
+                    self._seed(self.state.global_step, self._micro_step, 1)
+                ),
+                tokenizer=tokenizer,
+                return_dict_in_generate=True,
+            )
+        finally:
+            model.train(was_training)
+        if not isinstance(out, dllm_edit.EditGenerationOutput) or out.sequences is None:
+            raise TypeError(f"generate returned {type(out).__name__} without sequences")
+        completion = out.sequences[:, ids.shape[1] :]  # [B, N]
+        eos_ids = self._eos_ids().to(device)  # [E]
+        is_eos = torch.isin(completion, eos_ids)  # [B, N]
+        has_eos = is_eos.any(dim=1)  # [B]
+        first_eos = torch.where(
+            has_eos,
+            is_eos.float().argmax(dim=1),
+            torch.full_like(has_eos, completion.shape[1], dtype=torch.long),
+        )  # [B]
+        completion_lists = [completion[i, : int(first_eos[i])].tolist() for i in range(completion.shape[0])]
+        texts = tokenizer.batch_decode(completion_lists, skip_special_tokens=True)
+        completions: list[Any] = texts
+        if prompts and isinstance(prompts[0], list):
+            completions = [[{"role": "assistant", "content": t}] for t in texts]
+        columns = {k: [row[k] for row in rows] for k in rows[0] if k != "prompt"}
+        rewards = compute_rewards(
+            self.reward_funcs,
+            prompts=prompts,
+            completions=completions,
+            completion_ids=completion_lists,
+            columns=columns,
+            trainer_state=self.state,
+        )  # [B, F]
+        total, unscored = combine_rewards(rewards, args.reward_weights)  # [B], [B]
+        advantages = group_advantages(total, group, args.scale_rewards).to(device)  # [B]
+
+        clean, valid, supervised = self._training_sequences(
+            ids, attention, completion, first_eos, has_eos, eos_ids[0]
+        )
+        noise = torch.Generator().manual_seed(self._seed(self.state.global_step, self._micro_step, 2))
+        seeds = torch.randint(0, 2**31 - 1, (len(rows),), generator=noise).to(device)  # [B]
+        old_logp = self.elbo_summands(model, clean, valid, supervised, seeds)
+        ref_logp = None
+        if args.beta > 0:
+            if self.ref_model is not None:
+                ref_logp = self.elbo_summands(self.ref_model, clean, valid, supervised, seeds)
+            else:  # PEFT: the reference policy is the model without its adapters
+                with unwrap_peft(model).disable_adapter():
+                    ref_logp = self.elbo_summands(model, clean, valid, supervised, seeds)
+
+        self._log_rollouts(out, rewards, total, unscored, first_eos, has_eos)
+        return Rollouts(
+            clean=clean,
+            valid=valid,
+            supervised=supervised,
+            seeds=seeds,
+            advantages=advantages,
+            old_logp=old_logp,
+            ref_logp=ref_logp,
+            created_step=self.state.global_step,
+        )
+
+    def _training_sequences(
+        self,
+        ids: torch.Tensor,
+        attention: torch.Tensor,
+        completion: torch.Tensor,
+        first_eos: torch.Tensor,
+        has_eos: torch.Tensor,
+        eos_id: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Right-padded `[prompt ⊕ completion + EOS to the block end]` rows, as the SFT trainer builds them.
+
+        Returns:
+            `(clean, valid, supervised)`, each `[B, T]` with T a multiple of the block length.
+        """
+        bl = self.block_length
+        pad = self.processing_class.pad_token_id or 0  # type: ignore[union-attr]
+        prompt_len = attention.sum(dim=1)  # [B]
+        kept = torch.where(has_eos, first_eos + 1, first_eos)  # [B] completion tokens incl. the EOS
+        end = prompt_len + kept  # [B]
+        end = torch.where(has_eos, -(-end // bl) * bl, end)  # [B] EOS to the end of its block
+        width = int(-(-int(end.max()) // bl) * bl)
+        batch = ids.shape[0]
+        pos = torch.arange(width, device=ids.device)[None]  # [1, T]
+        # gather prompt tokens (they sit right-aligned in `ids`) and completion tokens into place
+        prompt_src = (ids.shape[1] - prompt_len)[:, None] + pos  # [B, T]
+        comp_src = pos - prompt_len[:, None]  # [B, T]
+        in_prompt = pos < prompt_len[:, None]
+        in_completion = ~in_prompt & (comp_src < kept[:, None])
+        clean = torch.full((batch, width), pad, device=ids.device, dtype=torch.long)
+        clean = torch.where(in_prompt, ids.gather(1, prompt_src.clamp(max=ids.shape[1] - 1)), clean)
+        clean = torch.where(
+            in_completion, completion.gather(1, comp_src.clamp(0, completion.shape[1] - 1)), clean
+        )
+        tail = ~in_prompt & ~in_completion & (pos < end[:, None])  # [B, T] EOS fill to the block end
+        clean = torch.where(tail, eos_id, clean)
+        valid = pos < end[:, None]
+        supervised = valid & ~in_prompt
+        return clean, valid, supervised
+
+    def elbo_summands(
+        self,
+        model: Any,
+        clean: torch.Tensor,
+        valid: torch.Tensor,
+        supervised: torch.Tensor,
+        seeds: torch.Tensor,
+    ) -> torch.Tensor:
+        """ELBO token summands `[B, T]` of `model` on the noise of `seeds`."""
+        args = self.args
+        return elbo_token_logps(
+            DiffusionForward(model, self.attention_form, self.block_length),
+            clean,
+            valid,
+            supervised,
+            seeds,
+            mask_token_id=self.mask_token_id,
+            num_timesteps=args.elbo_timesteps,
+            t_min=args.timestep_min,
+            t_max=args.timestep_max,
+            weighting=args.elbo_weighting,
+        )
+
+    def _log_rollouts(
+        self,
+        out: Any,
+        rewards: torch.Tensor,
+        total: torch.Tensor,
+        unscored: torch.Tensor,
+        first_eos: torch.Tensor,
+        has_eos: torch.Tensor,
+    ) -> None:
+        m = self._metrics
+        m["reward"].append(total.mean().item())
+        m["reward_std"].append(total.std().item() if total.numel() > 1 else 0.0)
+        for j, func in enumerate(self.reward_funcs):
+            column = rewards[:, j]
+            if (~torch.isnan(column)).any():
+                m[f"rewards/{reward_name(func)}"].append(torch.nanmean(column).item())
+        m["completions/unscored_fraction"].append(unscored.float().mean().item())
+        m["completions/empty_fraction"].append(((first_eos == 0) & has_eos).float().mean().item())
+        m["completions/mean_length"].append(first_eos.float().mean().item())
+        m["rollout/tokens_per_forward"].append(out.tokens_per_forward.float().mean().item())
+        m["rollout/num_forwards"].append(out.num_forwards.float().mean().item())
+        if out.num_edits is not None:
+            m["rollout/num_edits"].append(out.num_edits.float().mean().item())
+
+    # ---- loss ---------------------------------------------------------------------------------------------
+
+    def _rollouts_for(self, model: Any, rows: list[dict[str, Any]]) -> Rollouts:
+        """Fresh rollouts, or the buffered ones of this micro-batch slot while `num_iterations` lasts."""
+        step = self.state.global_step
+        if step != self._micro_of:
+            self._micro_of, self._micro_step = step, 0
+        slot = self._micro_step
+        buffered = self._buffer.get(slot)
+        if buffered is None or step - buffered.created_step >= self.args.num_iterations:
+            buffered = self.generate_rollouts(model, rows)
+            self._buffer[slot] = buffered
+        self._micro_step += 1
+        return buffered
+
+    def compute_loss(
+        self, model: Any, inputs: Any, return_outputs: bool = False, num_items_in_batch: Any = None
+    ) -> Any:
+        """Rollouts (fresh or buffered) → ELBO summands under θ → clipped surrogate."""
+        if return_outputs:
+            raise ValueError("EBPOTrainer.compute_loss returns the loss only.")
+        rollouts = inputs if isinstance(inputs, Rollouts) else self._rollouts_for(model, inputs)
+        logp = self.elbo_summands(model, rollouts.clean, rollouts.valid, rollouts.supervised, rollouts.seeds)
+        terms = ebpo_surrogate(
+            logp,
+            rollouts.old_logp,
+            rollouts.advantages,
+            rollouts.supervised,
+            ratio_level=self.args.ratio_level,
+            block_length=self.block_length,
+            epsilon_low=self.args.epsilon,
+            epsilon_high=float(
+                self.args.epsilon_high if self.args.epsilon_high is not None else self.args.epsilon
+            ),
+            ref_logp=rollouts.ref_logp,
+            beta=self.args.beta,
+        )
+        m = self._metrics
+        if terms.ratio.numel():
+            m["ratio/mean"].append(terms.ratio.mean().item())
+            m["clip_ratio/low"].append(terms.clipped_low.float().mean().item())
+            m["clip_ratio/high"].append(terms.clipped_high.float().mean().item())
+        if self.args.beta > 0:
+            m["kl"].append(terms.kl.item())
+        return terms.loss
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """Trainer logs plus the averaged EBPO metrics since the last log."""
+        logs.update({k: sum(v) / len(v) for k, v in self._metrics.items() if v})
+        self._metrics.clear()
+        super().log(logs, start_time)
+
+
+def unwrap_peft(model: Any) -> Any:
+    """The PEFT model inside DDP-style wrappers."""
+    while (
+        hasattr(model, "module")
+        and isinstance(model.module, torch.nn.Module)
+        and not hasattr(model, "disable_adapter")
+    ):
+        model = model.module
+    return model
+
+
+__all__ = ["EBPOTrainer", "Rollouts"]
