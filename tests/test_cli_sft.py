@@ -100,3 +100,44 @@ def test_user_mistakes_are_one_line_errors(tmp_path, tiny_model_dir, capsys):
     assert "edit_rate" in capsys.readouterr().err
     assert main(["frobnicate"]) == 2
     assert "unknown command" in capsys.readouterr().err
+
+
+def test_ebpo_recipe_runs(tmp_path, tiny_model_dir):
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("\n".join(json.dumps({"prompt": f"w{2 + i} w3", "answer": "w4"}) for i in range(4)))
+    out = tmp_path / "ebpo"
+    status = main(
+        [
+            "ebpo",
+            "--config",
+            str(RECIPE.parent / "ebpo_lora.yaml"),
+            "--model_name_or_path",
+            str(tiny_model_dir),
+            "--dataset_name",
+            str(data),
+            "--output_dir",
+            str(out),
+            "--max_steps",
+            "1",
+            "--num_generations",
+            "2",
+            "--per_device_train_batch_size",
+            "4",
+            "--gradient_accumulation_steps",
+            "1",
+            "--max_completion_length",
+            "8",
+            "--block_length",
+            "4",
+            "--lora_target_modules",
+            "q_proj",
+            "v_proj",
+            "--gradient_checkpointing",
+            "false",
+            "--use_cpu",
+            "true",
+            "--disable_tqdm",
+            "true",
+        ]
+    )
+    assert status == 0 and (out / "adapter_config.json").is_file()

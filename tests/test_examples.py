@@ -26,3 +26,9 @@ def test_edit_sft_lora_example(monkeypatch, tmp_path, capsys):
 def test_quickstart(monkeypatch, capsys):
     run_example("quickstart.py", monkeypatch=monkeypatch)
     assert "speedy" in capsys.readouterr().out
+
+
+def test_ebpo_example(monkeypatch, capsys):
+    pytest.importorskip("trl")
+    run_example("ebpo_verifiable_reward.py", "--tiny", monkeypatch=monkeypatch)
+    assert "held-out exact match" in capsys.readouterr().out

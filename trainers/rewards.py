@@ -164,11 +164,27 @@ def _text(completion: Any) -> str:
     return str(completion)
 
 
-def exact_match_reward(completions: list[Any], answer: list[str], **kwargs: Any) -> list[float]:
-    """1.0 where the completion equals the dataset's `answer` column (whitespace-stripped), else 0.0.
+def exact_match_reward(
+    completions: list[Any],
+    answer: list[str] | None = None,
+    completion: list[str] | None = None,
+    **kwargs: Any,
+) -> list[float]:
+    """1.0 where the completion equals the reference (whitespace-stripped), else 0.0.
+
+    The reference is the dataset's `answer` column, or its `completion` column (the SFT format,
+    e.g. `dllm_edit.data.synthetic_examples`).
+
+    Raises:
+        ValueError: the dataset has neither column.
 
     Examples:
         >>> exact_match_reward(["42", " 7"], answer=["42", "8"])
         [1.0, 0.0]
     """
-    return [float(_text(c).strip() == str(a).strip()) for c, a in zip(completions, answer, strict=True)]
+    reference = answer if answer is not None else completion
+    if reference is None:
+        raise ValueError(
+            "exact_match_reward needs the reference answers in an 'answer' (or 'completion') dataset column."
+        )
+    return [float(_text(c).strip() == str(a).strip()) for c, a in zip(completions, reference, strict=True)]

@@ -2,6 +2,7 @@
 
 Subcommands:
     sft    edit-aware SFT from a TRL-style YAML recipe (`dllm-edit sft --config recipe.yaml`)
+    ebpo   EBPO reinforcement learning with reward functions (`dllm-edit ebpo --config recipe.yaml`)
 
 User mistakes (a missing file, an invalid option, a model needing `--trust-remote-code`) print one
 line `dllm-edit <command>: error: ...` and exit with status 2; set `DLLM_EDIT_DEBUG=1` for the
@@ -14,10 +15,22 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from . import sft
+
+def _sft(argv: Sequence[str]) -> int:
+    from . import sft
+
+    return sft.run(argv)
+
+
+def _ebpo(argv: Sequence[str]) -> int:
+    from . import ebpo
+
+    return ebpo.run(argv)
+
 
 COMMANDS: dict[str, tuple[Callable[[Sequence[str]], int], str]] = {
-    "sft": (sft.run, "edit-aware SFT (mixed M2T + T2T objective) from a YAML recipe or flags"),
+    "sft": (_sft, "edit-aware SFT (mixed M2T + T2T objective) from a YAML recipe or flags"),
+    "ebpo": (_ebpo, "EBPO reinforcement learning with verifiable rewards, from a YAML recipe or flags"),
 }
 
 USAGE = (
