@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 
@@ -58,6 +59,6 @@ class TokenEdit(Strategy):
         object.__setattr__(self, "threshold", threshold_field("editing_threshold", self.threshold))
 
     def step(self, ctx: StepContext) -> StepResult:
-        tau = self.threshold(ctx.step, ctx.block_index)  # [B]
+        tau = cast(Schedule, self.threshold)(ctx.step, ctx.block_index)  # [B]; a Schedule by now
         edit = select_edits(ctx, ctx.in_block, tau)  # [B, S]
         return StepResult(commit=torch.zeros_like(edit), edit=edit, tokens=ctx.cand_tokens)

@@ -22,6 +22,7 @@ It is off by default (`multi_block_edit=False` in the config).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 
@@ -66,6 +67,6 @@ class MultiBlockEdit(Strategy):
         return self.window
 
     def step(self, ctx: StepContext) -> StepResult:
-        tau = self.threshold(ctx.step, ctx.block_index)  # [B]
+        tau = cast(Schedule, self.threshold)(ctx.step, ctx.block_index)  # [B]; a Schedule by now
         edit = select_edits(ctx, ~ctx.in_block, tau)  # [B, S]
         return StepResult(commit=torch.zeros_like(edit), edit=edit, tokens=ctx.cand_tokens)

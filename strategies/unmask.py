@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 
@@ -89,7 +90,7 @@ class ThresholdUnmask(Strategy):
             )
 
     def step(self, ctx: StepContext) -> StepResult:
-        tau = self.threshold(ctx.step, ctx.block_index)  # [B]
+        tau = cast(Schedule, self.threshold)(ctx.step, ctx.block_index)  # [B]; a Schedule by now
         quota = torch.full_like(ctx.step, self.num_to_transfer)  # [B]
         masked = ctx.masked & ctx.in_block  # [B, S]
         commit = select_unmask(ctx.cand_probs, masked, tau, quota)  # [B, S]
@@ -150,7 +151,7 @@ class QuotaUnmask(Strategy):
     def step(self, ctx: StepContext) -> StepResult:
         table = torch.tensor(self.quota, device=ctx.step.device)  # [steps]
         quota = table[ctx.step.clamp(max=self.steps - 1)]  # [B]
-        tau = self.threshold(ctx.step, ctx.block_index)  # [B]
+        tau = cast(Schedule, self.threshold)(ctx.step, ctx.block_index)  # [B]; a Schedule by now
         masked = ctx.masked & ctx.in_block  # [B, S]
         commit = select_unmask(ctx.cand_probs, masked, tau, quota)  # [B, S]
         return StepResult(commit=commit, edit=torch.zeros_like(commit), tokens=ctx.cand_tokens)
