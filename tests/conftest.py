@@ -114,3 +114,12 @@ def tiny_tokenizer(chat: bool = False):
             "{% if add_generation_prompt %}assistant {% endif %}"
         )
     return fast
+
+
+@pytest.fixture
+def tiny_model_dir(tmp_path):
+    """A tiny Llama and its word-level tokenizer saved in a folder (for the command line)."""
+    model_dir = tmp_path / "model"
+    tiny_llama("sdpa", seed=7).save_pretrained(model_dir)
+    tiny_tokenizer().save_pretrained(model_dir)
+    return model_dir

@@ -4,21 +4,12 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import tiny_llama, tiny_tokenizer
 
 pytest.importorskip("trl")
 
 from dllm_edit.cli import main
 
 RECIPE = Path(__file__).parents[1] / "examples" / "recipes" / "edit_sft_lora.yaml"
-
-
-@pytest.fixture
-def tiny_model_dir(tmp_path):
-    model_dir = tmp_path / "model"
-    tiny_llama("sdpa", seed=7).save_pretrained(model_dir)
-    tiny_tokenizer().save_pretrained(model_dir)
-    return model_dir
 
 
 def test_recipe_trains_a_lora_adapter(tmp_path, tiny_model_dir):

@@ -1,6 +1,8 @@
 """The `dllm-edit` command line.
 
 Subcommands:
+    generate  decode a prompt, showing drafts and edits live (`dllm-edit generate "def f(n):" --model M`)
+    compare   S vs Q vs M2T-only on one prompt, side by side
     sft    edit-aware SFT from a TRL-style YAML recipe (`dllm-edit sft --config recipe.yaml`)
     ebpo   EBPO reinforcement learning with reward functions (`dllm-edit ebpo --config recipe.yaml`)
 
@@ -16,6 +18,18 @@ import sys
 from collections.abc import Callable, Sequence
 
 
+def _generate(argv: Sequence[str]) -> int:
+    from . import decode
+
+    return decode.run_generate(argv)
+
+
+def _compare(argv: Sequence[str]) -> int:
+    from . import decode
+
+    return decode.run_compare(argv)
+
+
 def _sft(argv: Sequence[str]) -> int:
     from . import sft
 
@@ -29,6 +43,8 @@ def _ebpo(argv: Sequence[str]) -> int:
 
 
 COMMANDS: dict[str, tuple[Callable[[Sequence[str]], int], str]] = {
+    "generate": (_generate, "decode a prompt with the editable decoder, drafts and edits shown live"),
+    "compare": (_compare, "decode a prompt with S, Q and M2T-only, side by side with their numbers"),
     "sft": (_sft, "edit-aware SFT (mixed M2T + T2T objective) from a YAML recipe or flags"),
     "ebpo": (_ebpo, "EBPO reinforcement learning with verifiable rewards, from a YAML recipe or flags"),
 }
