@@ -33,6 +33,8 @@ MODULES = [
     "dllm_edit.strategies.registry",
     "dllm_edit.data.synthetic",
     "dllm_edit.data.char_tokenizer",
+    "dllm_edit.data.bpe_tokenizer",
+    "dllm_edit.data.code_corpus",
     "dllm_edit.trainers.corruption",
     "dllm_edit.trainers.diffusion_forward",
     "dllm_edit.trainers.objective",
