@@ -340,7 +340,8 @@ class EBPOTrainer(Trainer):
             `(clean, valid, supervised)`, each `[B, T]` with T a multiple of the block length.
         """
         bl = self.block_length
-        pad = self.processing_class.pad_token_id or 0  # type: ignore[union-attr]
+        pad_id = getattr(self.processing_class, "pad_token_id", None)
+        pad = self.mask_token_id if pad_id is None else pad_id  # padding is never attended to or scored
         prompt_len = attention.sum(dim=1)  # [B]
         kept = torch.where(has_eos, first_eos + 1, first_eos)  # [B] completion tokens incl. the EOS
         end = prompt_len + kept  # [B]

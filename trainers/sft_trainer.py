@@ -251,7 +251,8 @@ class EditSFTTrainer(SFTTrainer):
         valid = inputs.get("attention_mask", torch.ones_like(ids)).bool()  # [B, T]
         short = (-ids.shape[1]) % self.args.block_length
         if short:
-            pad = self._tokenizer.pad_token_id or 0
+            pad_id = self._tokenizer.pad_token_id
+            pad = self.mask_token_id if pad_id is None else pad_id  # never attended to or scored
             ids = torch.nn.functional.pad(ids, (0, short), value=pad)
             labels = torch.nn.functional.pad(labels, (0, short), value=-100)
             valid = torch.nn.functional.pad(valid, (0, short), value=False)

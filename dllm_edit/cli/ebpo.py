@@ -32,39 +32,18 @@ def build_parser():  # type: ignore[no-untyped-def]
 
 def run(argv: Sequence[str]) -> int:
     """Parse the recipe and flags, run EBPO, save the model (or adapter) and tokenizer to `output_dir`."""
-    from trl import get_peft_config
-
     from dllm_edit.trainers import EBPOTrainer
 
-    from .loading import load_dataset_arg, load_model_and_tokenizer
+    from .recipe import load_recipe, train_and_save
 
-    script_args, training_args, model_args = build_parser().parse_args_and_config(args=list(argv))
-    if not script_args.dataset_name:
-        raise ValueError(
-            "dataset_name is required: a .json/.jsonl/.csv/.parquet file with a 'prompt' column, a folder "
-            "saved with Dataset.save_to_disk, or a Hub dataset id (in the recipe or as --dataset_name)."
-        )
-    if not model_args.model_name_or_path:
-        raise ValueError("model_name_or_path is required (in the recipe or as --model_name_or_path).")
-    model, tokenizer = load_model_and_tokenizer(
-        model_args.model_name_or_path,
-        trust_remote_code=training_args.trust_remote_code,
-        revision=model_args.model_revision,
-        dtype=model_args.dtype,
-        attn_implementation=model_args.attn_implementation,
-    )
-    train = load_dataset_arg(
-        script_args.dataset_name, script_args.dataset_config, script_args.dataset_train_split
-    )
+    loaded = load_recipe(build_parser(), argv, "a .json/.jsonl/.csv/.parquet file with a 'prompt' column")
     trainer = EBPOTrainer(
-        model,
-        reward_funcs=script_args.reward_funcs,
-        args=training_args,
-        train_dataset=train,
-        processing_class=tokenizer,
-        peft_config=get_peft_config(model_args),
+        loaded.model,
+        reward_funcs=loaded.script_args.reward_funcs,
+        args=loaded.training_args,
+        train_dataset=loaded.train_dataset,
+        processing_class=loaded.tokenizer,
+        peft_config=loaded.peft_config,
     )
-    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    trainer.save_model(training_args.output_dir)
-    print(f"Saved to {training_args.output_dir}")
-    return 0
+    args = loaded.training_args
+    return train_and_save(trainer, args.output_dir, args.resume_from_checkpoint)
