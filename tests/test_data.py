@@ -81,3 +81,19 @@ def test_bpe_tokenizer_round_trips_code():
         text = row["prompt"] + row["completion"]
         assert tok.decode(tok(text)["input_ids"]) == text
     assert (tok.pad_token_id, tok.eos_token_id, tok.mask_token_id) == (0, 1, 2)
+
+
+def test_builtin_datasets_and_initial_model():
+    from dllm_edit.data.builtin import builtin_rows, init_model
+
+    test = builtin_rows("dllm_edit:default_mix", "test")
+    kinds = {r["kind"] for r in test}
+    assert kinds == {"synthetic", "code"}
+    with pytest.raises(ValueError, match="built-in dataset"):
+        builtin_rows("dllm_edit:poetry")
+    with pytest.raises(ValueError, match="built-in model"):
+        init_model("dllm_edit:init/huge")
+    model, tok = init_model("dllm_edit:init/tiny")
+    again, _ = init_model("dllm_edit:init/tiny")
+    assert all(a.equal(b) for a, b in zip(model.parameters(), again.parameters(), strict=True))
+    assert model.config.vocab_size == len(tok) and model.config.mask_token_id == tok.mask_token_id

@@ -26,7 +26,8 @@ def load_model_and_tokenizer(
     dtype: str | None = None,
     attn_implementation: str | None = None,
 ) -> tuple[Any, Any]:
-    """`(model, tokenizer)` from a local folder or a Hub id (masked LMs get their masked-LM head).
+    """`(model, tokenizer)` from a local folder, a Hub id (masked LMs get their masked-LM head), or a
+    freshly initialised built-in model (`dllm_edit:init/<size>`, see `dllm_edit.data.builtin`).
 
     Raises:
         FileNotFoundError: a local path that holds no model.
@@ -34,6 +35,10 @@ def load_model_and_tokenizer(
     """
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
 
+    from dllm_edit.data.builtin import init_model, is_builtin
+
+    if is_builtin(name_or_path):
+        return init_model(name_or_path)
     path = Path(name_or_path).expanduser()
     if path.exists() and not (path / "config.json").is_file():
         raise FileNotFoundError(f"No model at {name_or_path!r}: the folder has no config.json.")
@@ -70,7 +75,8 @@ def load_model_and_tokenizer(
 
 def load_dataset_arg(name: str, config: str | None = None, split: str = "train") -> Any:
     """A `datasets.Dataset` from a data file (.json/.jsonl/.csv/.parquet), a folder written by
-    `Dataset.save_to_disk`, a folder of data files, or a Hub dataset id.
+    `Dataset.save_to_disk`, a folder of data files, a Hub dataset id, or a dataset the toolkit builds
+    (`dllm_edit:default_mix`, `dllm_edit:synthetic`, `dllm_edit:code`; see `dllm_edit.data.builtin`).
 
     Raises:
         FileNotFoundError: a local path that does not exist.
@@ -78,6 +84,10 @@ def load_dataset_arg(name: str, config: str | None = None, split: str = "train")
     """
     import datasets
 
+    from dllm_edit.data.builtin import builtin_dataset, is_builtin
+
+    if is_builtin(name):
+        return builtin_dataset(name, split)
     path = Path(name).expanduser()
     if path.is_file():
         fmt = DATA_FILE_FORMATS.get(path.suffix.lower())
