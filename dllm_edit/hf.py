@@ -246,6 +246,13 @@ def generate_hf(
             value = kwargs.pop(key)
             if not any(value is n or (n is not None and value == n) for n in neutral):
                 raise ValueError(f"`{key}={value!r}` is not supported by diffusion decoding; leave it unset.")
+    requested = kwargs.pop("custom_generate", None)
+    if requested is not None and requested is not custom_generate and requested != str(CUSTOM_GENERATE_DIR):
+        raise ValueError(
+            f"`custom_generate={requested!r}` asks for another decoding loop, but this model's generate is "
+            "dllm_edit's (patch_generate / EditGenerationMixin). Drop the argument, or call the other loop "
+            "on an unpatched model."
+        )  # dllm_edit's own custom_generate is this very loop: accepted and dropped
     attention_mask = kwargs.pop("attention_mask", None)
     tokenizer = kwargs.pop("tokenizer", None)
     adapter = kwargs.pop("adapter", None) or getattr(model, "_dllm_edit_adapter", None)

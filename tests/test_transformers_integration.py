@@ -242,3 +242,12 @@ def test_mask_id_from_tokenizer_or_a_clear_error(model):
 
     with pytest.raises(ValueError, match="tokenizer"):
         dllm_edit.generate(model, ids, tokenizer=NoMask(), max_new_tokens=4, block_length=4)
+
+
+def test_patched_generate_accepts_its_own_custom_generate(model):
+    ids = torch.tensor([[5, 6, 7]])
+    dllm_edit.patch_generate(model, cfg())
+    plain = model.generate(ids)
+    assert torch.equal(model.generate(ids, custom_generate=dllm_edit.custom_generate), plain)
+    with pytest.raises(ValueError, match="another decoding loop"):
+        model.generate(ids, custom_generate="someone/else")
