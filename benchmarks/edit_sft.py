@@ -6,7 +6,8 @@ same initialisation, on the same synthetic tasks for the same number of steps, t
 - `m2t`: masked-diffusion SFT only (edit rate 0, no loss on visible tokens: the LLaDA recipe);
 - `m2t+t2t`: the mixed objective (random-token noise on up to `--edit-rate` of the unmasked
   response, clean term λ_clean = 1);
-- `m2t+t2t+mtf`: the same plus one Multi-turn Forward turn.
+- `m2t+t2t+mtf`: the same plus one Multi-turn Forward turn;
+- `m2t+clean` (ablation, `--variants`): no random-token noise, but the clean term (λ_clean = 1).
 
 Each checkpoint then decodes the held-out split (a different seed) with the Q preset, the S preset,
 and the S preset with editing off (`editing_threshold=None`, M2T at τ_mask = 0.5), reporting
@@ -34,6 +35,7 @@ from dllm_edit.trainers import EditSFTConfig, EditSFTTrainer
 FAMILIES = ("addition", "sort", "reverse", "brackets")
 VARIANTS = {
     "m2t": dict(edit_rate_min=0.0, edit_rate_max=0.0, clean_loss_weight=0.0),
+    "m2t+clean": dict(edit_rate_min=0.0, edit_rate_max=0.0),  # ablation: the clean term without noise
     "m2t+t2t": dict(),
     "m2t+t2t+mtf": dict(mtf_turns=2),
 }
@@ -126,7 +128,9 @@ def main() -> None:
     parser.add_argument("--edit-rate", type=float, default=0.2)
     parser.add_argument("--train-per-family", type=int, default=5000)
     parser.add_argument("--test-per-family", type=int, default=100)
-    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument(
+        "--variants", nargs="+", default=["m2t", "m2t+t2t", "m2t+t2t+mtf"], choices=list(VARIANTS)
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="small data, for a smoke run")
     args = parser.parse_args()
