@@ -3,6 +3,7 @@
 Subcommands:
     generate  decode a prompt, showing drafts and edits live (`dllm-edit generate "def f(n):" --model M`)
     compare   S vs Q vs M2T-only on one prompt, side by side
+    bench     accuracy / parse rate against tokens per forward over τ_mask × editing × MBE
     sft    edit-aware SFT from a TRL-style YAML recipe (`dllm-edit sft --config recipe.yaml`)
     ebpo   EBPO reinforcement learning with reward functions (`dllm-edit ebpo --config recipe.yaml`)
 
@@ -30,6 +31,12 @@ def _compare(argv: Sequence[str]) -> int:
     return decode.run_compare(argv)
 
 
+def _bench(argv: Sequence[str]) -> int:
+    from . import bench
+
+    return bench.run(argv)
+
+
 def _sft(argv: Sequence[str]) -> int:
     from . import sft
 
@@ -45,6 +52,7 @@ def _ebpo(argv: Sequence[str]) -> int:
 COMMANDS: dict[str, tuple[Callable[[Sequence[str]], int], str]] = {
     "generate": (_generate, "decode a prompt with the editable decoder, drafts and edits shown live"),
     "compare": (_compare, "decode a prompt with S, Q and M2T-only, side by side with their numbers"),
+    "bench": (_bench, "the speed / quality trade-off table (and plot) on held-out data"),
     "sft": (_sft, "edit-aware SFT (mixed M2T + T2T objective) from a YAML recipe or flags"),
     "ebpo": (_ebpo, "EBPO reinforcement learning with verifiable rewards, from a YAML recipe or flags"),
 }

@@ -1,7 +1,9 @@
 """`dllm-edit generate` and `dllm-edit compare`: decode a prompt with the editable decoder.
 
-    dllm-edit generate "def fibonacci(n):" --model path/to/model [--mode speedy|quality] [--json]
-    dllm-edit compare  "def fibonacci(n):" --model path/to/model
+    dllm-edit generate "def fibonacci(n):" [--model PATH_OR_ID] [--mode speedy|quality] [--json]
+    dllm-edit compare  "def fibonacci(n):" [--model PATH_OR_ID]
+
+Without `--model`, the small model shipped in the package decodes (`dllm_edit.load_default()`).
 
 `generate` prints the completion — on a terminal it shows the block being drafted and edited live
 (edited tokens in red, freshly unmasked ones in yellow) — then a line with forwards, tokens per
@@ -29,8 +31,8 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("prompt", help="the prompt text (use quotes)")
     parser.add_argument(
         "--model",
-        required=True,
-        help="a local model folder or a Hub id (a small model shipped in the package will be the default)",
+        default=None,
+        help="a local model folder or a Hub id (default: the small model shipped in the package)",
     )
     parser.add_argument(
         "--trust-remote-code",
@@ -88,6 +90,8 @@ class Session:
     """A loaded model and tokenizer, and the encoded prompt."""
 
     def __init__(self, args: argparse.Namespace) -> None:
+        from dllm_edit.shipped import load_default
+
         from .loading import load_model_and_tokenizer
 
         if args.max_new_tokens < 1:
@@ -96,9 +100,12 @@ class Session:
             raise ValueError(f"--block-length must be >= 1, got {args.block_length}.")
         if args.temperature < 0:
             raise ValueError(f"--temperature must be >= 0, got {args.temperature}.")
-        self.model, self.tokenizer = load_model_and_tokenizer(
-            args.model, trust_remote_code=args.trust_remote_code, dtype=args.dtype
-        )
+        if args.model is None:
+            self.model, self.tokenizer = load_default()
+        else:
+            self.model, self.tokenizer = load_model_and_tokenizer(
+                args.model, trust_remote_code=args.trust_remote_code, dtype=args.dtype
+            )
         device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.model = self.model.to(device).eval()
         text = args.prompt
