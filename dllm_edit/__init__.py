@@ -29,6 +29,7 @@ from dllm_edit.hf import (
     patch_generate,
 )
 from dllm_edit.output import EditGenerationOutput, StepRecord
+from dllm_edit.shipped import DEFAULT_MODEL_DIR, load_default
 from dllm_edit.strategies import register_strategy
 from dllm_edit.streaming import TerminalEditStreamer
 
@@ -36,6 +37,7 @@ __version__ = "0.1.0.dev0"
 
 __all__ = [
     "CUSTOM_GENERATE_DIR",
+    "DEFAULT_MODEL_DIR",
     "MODES",
     "BidirectionalAdapter",
     "BlockCausalAdapter",
@@ -52,6 +54,7 @@ __all__ = [
     "detect_adapter",
     "generate",
     "generate_hf",
+    "load_default",
     "patch_generate",
     "register_adapter",
     "register_strategy",
