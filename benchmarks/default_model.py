@@ -168,8 +168,8 @@ It is a demonstration model: it was trained for {trained} on a 2-core CPU.
 ## Data
 
 Built by the recipe itself, nothing downloaded (`dllm_edit.data.builtin`, `dllm_edit:default_mix`):
-four verifiable synthetic task families (addition with carries, sorting, reversal, bracket completion;
-5,000 examples each) and the functions of the Python standard library (prompt = the `def` header,
+three verifiable synthetic task families (addition with carries, sorting, bracket completion; 5,000
+examples each) and the functions of the Python standard library (prompt = the `def` header,
 completion = the body), with whole modules held out for evaluation.
 
 ## Held-out results

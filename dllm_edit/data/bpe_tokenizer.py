@@ -12,8 +12,8 @@ def build_bpe_tokenizer(texts: Iterable[str], vocab_size: int = 4096, min_freque
     """Train a byte-level BPE `PreTrainedTokenizerFast` on `texts`.
 
     Special tokens come first (ids 0-3: pad, eos, mask, unk), as in `build_char_tokenizer`. Byte-level
-    BPE never needs the unknown token: every string encodes. Training is deterministic for the same
-    texts in the same order. Padding is on the left.
+    BPE never needs the unknown token: every string encodes. Digits and brackets are never merged.
+    Training is deterministic for the same texts in the same order. Padding is on the left.
 
     Args:
         texts: the training corpus.
@@ -29,7 +29,7 @@ def build_bpe_tokenizer(texts: Iterable[str], vocab_size: int = 4096, min_freque
         >>> tok.decode(tok(text)["input_ids"]) == text, tok.mask_token_id
         (True, 2)
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     specials = [SPECIAL_TOKENS[k] for k in ("pad_token", "eos_token", "mask_token", "unk_token")]
@@ -38,7 +38,15 @@ def build_bpe_tokenizer(texts: Iterable[str], vocab_size: int = 4096, min_freque
             f"`vocab_size` must be at least {256 + len(specials)} (bytes + specials), got {vocab_size}."
         )
     core = Tokenizer(models.BPE(unk_token=SPECIAL_TOKENS["unk_token"]))
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    # Digits and brackets stay single tokens: arithmetic, sorting and bracket matching are then done
+    # symbol by symbol, as the synthetic tasks need; everything else merges as usual.
+    core.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.Split(Regex(r"[()\[\]{}]"), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False),
+        ]
+    )
     core.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
