@@ -23,8 +23,8 @@ def load_default(device: str | None = None) -> tuple[Any, Any]:
         device: where to put the model (default: CPU).
 
     Returns:
-        `(model, tokenizer)`; `model.generation_config` carries the mask token and block length, so
-        `dllm_edit.generate(model, ids, tokenizer=tokenizer)` needs nothing else.
+        `(model, tokenizer)`; the model's config carries the mask, EOS and pad ids, so
+        `dllm_edit.generate(model, ids)` needs nothing else.
 
     Raises:
         FileNotFoundError: the package was installed without its model files.

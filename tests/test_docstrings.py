@@ -32,6 +32,8 @@ MODULES = [
     "dllm_edit.strategies.repeat_penalty",
     "dllm_edit.strategies.registry",
     "dllm_edit.data.synthetic",
+    "dllm_edit.shipped",
+    "dllm_edit.evaluation",
     "dllm_edit.data.char_tokenizer",
     "dllm_edit.data.bpe_tokenizer",
     "dllm_edit.data.code_corpus",

@@ -32,3 +32,9 @@ def test_ebpo_example(monkeypatch, capsys):
     pytest.importorskip("trl")
     run_example("ebpo_verifiable_reward.py", "--tiny", monkeypatch=monkeypatch)
     assert "held-out exact match" in capsys.readouterr().out
+
+
+def test_trace_diagram_of_the_shipped_model(monkeypatch, capsys):
+    run_example("trace_diagram.py", "def add(a, b):", "--max-new-tokens", "16", monkeypatch=monkeypatch)
+    out = capsys.readouterr().out
+    assert "block 0, step  0:" in out and "forwards" in out

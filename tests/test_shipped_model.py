@@ -1,0 +1,39 @@
+"""The small model shipped in the package: loads offline, decodes, is documented, stays small."""
+
+import json
+
+import torch
+
+import dllm_edit
+from dllm_edit.cli import main
+
+
+def test_loads_offline_and_decodes(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    model, tokenizer = dllm_edit.load_default()
+    assert model.config.model_type == "llama" and not model.training
+    assert model.config.mask_token_id == tokenizer.mask_token_id  # found by generate without a tokenizer
+    ids = tokenizer(["def fibonacci(n):", "12+34="], return_tensors="pt", padding=True)
+    out = dllm_edit.generate(
+        model,
+        ids["input_ids"],
+        attention_mask=ids["attention_mask"],
+        generation_config=dllm_edit.EditGenerationConfig.from_mode("speedy", max_new_tokens=32),
+    )
+    assert out.sequences.shape == (2, ids["input_ids"].shape[1] + 32)
+    assert bool((out.num_forwards > 0).all())
+
+
+def test_files_are_small_and_carry_a_model_card():
+    files = list(dllm_edit.DEFAULT_MODEL_DIR.iterdir())
+    assert sum(f.stat().st_size for f in files) < 25 * 2**20
+    card = (dllm_edit.DEFAULT_MODEL_DIR / "README.md").read_text()
+    assert "Held-out results" in card and "default_model.yaml" in card
+    assert any(f.suffix == ".safetensors" for f in files)
+
+
+def test_cli_defaults_to_the_shipped_model(capsys):
+    assert main(["generate", "def add(a, b):", "--max-new-tokens", "32", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["num_forwards"] >= 1 and isinstance(result["text"], str)
+    assert torch.isfinite(torch.tensor(result["tokens_per_forward"]))
