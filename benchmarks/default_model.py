@@ -28,6 +28,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 import dllm_edit
 from dllm_edit.data import parses
 from dllm_edit.data.builtin import builtin_rows
+from dllm_edit.evaluation import decode_prompts
 from dllm_edit.trainers import DiffusionForward, elbo_token_logps
 
 PRESETS = {
@@ -38,28 +39,14 @@ PRESETS = {
 BLOCK = 32
 
 
-@torch.no_grad()
 def decode(model, tokenizer, prompts: list[str], preset: dict, max_new_tokens: int, batch: int = 32):
     """Completions (text up to EOS) and the mean tokens per forward."""
     overrides = {k: v for k, v in preset.items() if k != "mode"}
     cfg = dllm_edit.EditGenerationConfig.from_mode(
         preset["mode"], max_new_tokens=max_new_tokens, block_length=BLOCK, **overrides
     )
-    texts, tpf = [], []
-    for i in range(0, len(prompts), batch):
-        enc = tokenizer(prompts[i : i + batch], return_tensors="pt", padding=True)
-        out = dllm_edit.generate(
-            model,
-            enc["input_ids"],
-            attention_mask=enc["attention_mask"],
-            generation_config=cfg,
-            tokenizer=tokenizer,
-        )
-        texts += tokenizer.batch_decode(
-            out.sequences[:, enc["input_ids"].shape[1] :], skip_special_tokens=True
-        )
-        tpf += out.tokens_per_forward.tolist()
-    return texts, statistics.fmean(tpf)
+    texts, tpf, _ = decode_prompts(model, tokenizer, prompts, cfg, batch)
+    return texts, tpf
 
 
 @torch.no_grad()

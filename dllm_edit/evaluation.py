@@ -65,7 +65,8 @@ def tradeoff_settings(
 
 
 @torch.no_grad()
-def _decode(model: Any, tokenizer: Any, prompts: list[str], config: EditGenerationConfig, batch: int):
+def decode_prompts(model: Any, tokenizer: Any, prompts: list[str], config: EditGenerationConfig, batch: int):
+    """Decode `prompts` in left-padded batches: (completions up to EOS, mean tokens per forward, tokens/s)."""
     texts: list[str] = []
     tpf: list[float] = []
     tokens = 0
@@ -113,14 +114,14 @@ def evaluate_setting(
     row: dict[str, Any] = asdict(setting)
     if synthetic:
         cfg = setting.config(synthetic_tokens, block_length)
-        texts, tpf, tps = _decode(model, tokenizer, [r["prompt"] for r in synthetic], cfg, batch)
+        texts, tpf, tps = decode_prompts(model, tokenizer, [r["prompt"] for r in synthetic], cfg, batch)
         row["accuracy"] = 100 * statistics.fmean(
             float(t.strip() == r["completion"].strip()) for t, r in zip(texts, synthetic, strict=True)
         )
         row["tpf_synthetic"], row["tokens_per_s_synthetic"] = tpf, tps
     if code:
         cfg = setting.config(code_tokens, block_length)
-        texts, tpf, tps = _decode(model, tokenizer, [r["prompt"] for r in code], cfg, batch)
+        texts, tpf, tps = decode_prompts(model, tokenizer, [r["prompt"] for r in code], cfg, batch)
         row["parse_rate"] = 100 * statistics.fmean(
             float(parses(r["prompt"], t)) for t, r in zip(texts, code, strict=True)
         )

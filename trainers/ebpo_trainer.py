@@ -33,6 +33,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer
 import dllm_edit
 from dllm_edit.special_tokens import resolve_special_tokens
 
+from .corruption import mix_seed
 from .diffusion_forward import DiffusionForward, resolve_attention_form, unwrap
 from .ebpo_config import EBPOConfig
 from .ebpo_loss import ebpo_surrogate
@@ -222,10 +223,7 @@ class EBPOTrainer(Trainer):
         return self.accelerator.prepare(loader)
 
     def _seed(self, *parts: int) -> int:
-        seed = 0
-        for part in (self.args.seed, self.args.process_index, *parts):
-            seed = (seed * 1_000_003 + int(part)) % (2**63 - 1)
-        return seed
+        return mix_seed(self.args.seed, self.args.process_index, *parts)
 
     # ---- rollouts -----------------------------------------------------------------------------------------
 

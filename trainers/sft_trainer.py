@@ -18,7 +18,7 @@ from trl import SFTTrainer
 from dllm_edit.kernels import candidates
 
 from .callbacks import DecodeEvalCallback
-from .corruption import corrupt_response
+from .corruption import corrupt_response, mix_seed
 from .diffusion_forward import DiffusionForward, resolve_attention_form, unwrap
 from .objective import edit_objective
 from .sft_config import EditSFTConfig
@@ -235,11 +235,8 @@ class EditSFTTrainer(SFTTrainer):
         if step != self._noise_step:
             self._noise_step, self._noise_micro = step, 0
         base = self.args.seed if self.args.noise_seed is None else self.args.noise_seed
-        parts = (base, step, self._noise_micro, self.args.process_index, int(training))
+        seed = mix_seed(base, step, self._noise_micro, self.args.process_index, int(training))
         self._noise_micro += 1
-        seed = 0
-        for part in parts:
-            seed = (seed * 1_000_003 + int(part)) % (2**63 - 1)
         return torch.Generator(device=device).manual_seed(seed)
 
     def _block_aligned(
