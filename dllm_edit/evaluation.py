@@ -5,6 +5,10 @@ multi-block editing off / on — the held-out synthetic prompts are scored by ex
 held-out code prompts by the fraction of completions that parse; both report tokens per forward
 (completion tokens / forwards) and tokens per second. Used by `dllm-edit bench` and
 `benchmarks/tradeoff.py`.
+
+An autoregressive model of the same size, trained on the same data, is measured the way a user
+would otherwise decode it — plain `model.generate` (greedy, KV cache) — by `evaluate_autoregressive`:
+one forward per token, so its tokens per forward is 1.
 """
 
 from __future__ import annotations
@@ -98,6 +102,18 @@ def decode_prompts(model: Any, tokenizer: Any, prompts: list[str], config: EditG
     return texts, statistics.fmean(tpf), tokens / seconds if seconds > 0 else float("inf")
 
 
+def exact_match(texts: Sequence[str], rows: Sequence[dict[str, str]]) -> float:
+    """Percentage of `texts` equal to their row's `completion` (surrounding whitespace ignored)."""
+    return 100 * statistics.fmean(
+        float(t.strip() == r["completion"].strip()) for t, r in zip(texts, rows, strict=True)
+    )
+
+
+def parse_rate(texts: Sequence[str], rows: Sequence[dict[str, str]]) -> float:
+    """Percentage of `prompt + text` that is valid Python."""
+    return 100 * statistics.fmean(float(parses(r["prompt"], t)) for t, r in zip(texts, rows, strict=True))
+
+
 def evaluate_setting(
     model: Any,
     tokenizer: Any,
@@ -115,17 +131,89 @@ def evaluate_setting(
     if synthetic:
         cfg = setting.config(synthetic_tokens, block_length)
         texts, tpf, tps = decode_prompts(model, tokenizer, [r["prompt"] for r in synthetic], cfg, batch)
-        row["accuracy"] = 100 * statistics.fmean(
-            float(t.strip() == r["completion"].strip()) for t, r in zip(texts, synthetic, strict=True)
-        )
+        row["accuracy"] = exact_match(texts, synthetic)
         row["tpf_synthetic"], row["tokens_per_s_synthetic"] = tpf, tps
     if code:
         cfg = setting.config(code_tokens, block_length)
         texts, tpf, tps = decode_prompts(model, tokenizer, [r["prompt"] for r in code], cfg, batch)
-        row["parse_rate"] = 100 * statistics.fmean(
-            float(parses(r["prompt"], t)) for t, r in zip(texts, code, strict=True)
-        )
+        row["parse_rate"] = parse_rate(texts, code)
         row["tpf_code"], row["tokens_per_s_code"] = tpf, tps
+    return row
+
+
+@torch.no_grad()
+def generate_autoregressive(
+    model: Any, tokenizer: Any, prompts: list[str], max_new_tokens: int, batch: int
+) -> tuple[list[str], float]:
+    """Greedy `model.generate` (transformers' own loop, KV cache) in left-padded batches.
+
+    Returns:
+        The completions up to EOS, and completion tokens per second (tokens up to and including EOS).
+    """
+    texts: list[str] = []
+    tokens = 0
+    start = time.perf_counter()
+    device = next(model.parameters()).device
+    eos = tokenizer.eos_token_id
+    for i in range(0, len(prompts), batch):
+        enc = tokenizer(prompts[i : i + batch], return_tensors="pt", padding=True, padding_side="left")
+        out = model.generate(
+            **enc.to(device),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            eos_token_id=eos,
+            pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos,
+        )
+        new = out[:, enc["input_ids"].shape[1] :]  # [B, ≤ max_new_tokens]
+        # tokens written before (and including) each row's EOS; rows padded after finishing do not count
+        after_eos = (new == eos).long().cumsum(dim=1) - (new == eos).long()
+        tokens += int((after_eos == 0).sum())
+        texts += tokenizer.batch_decode(new, skip_special_tokens=True)
+    seconds = time.perf_counter() - start
+    return texts, tokens / seconds if seconds > 0 else float("inf")
+
+
+def evaluate_autoregressive(
+    model: Any,
+    tokenizer: Any,
+    synthetic: Sequence[dict[str, str]],
+    code: Sequence[dict[str, str]],
+    *,
+    batch: int = 32,
+    synthetic_tokens: int = 16,
+    code_tokens: int = 64,
+) -> dict[str, Any]:
+    """The scores of `evaluate_setting` for a causal LM decoded by plain greedy `model.generate`.
+
+    The row has `threshold=None`, `editing="autoregressive"`, `multi_block_edit=False` and tokens per
+    forward 1.0, so it sits in the same table and plot as the diffusion settings.
+
+    Examples:
+        >>> from transformers import LlamaConfig, LlamaForCausalLM
+        >>> from dllm_edit.data import build_char_tokenizer
+        >>> tok = build_char_tokenizer()
+        >>> model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32,
+        ...     num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2)).eval()
+        >>> rows = [{"prompt": "1+1=", "completion": "2"}]
+        >>> row = evaluate_autoregressive(model, tok, rows, [], synthetic_tokens=4)
+        >>> row["editing"], row["tpf_synthetic"], 0 <= row["accuracy"] <= 100
+        ('autoregressive', 1.0, True)
+    """
+    row: dict[str, Any] = {"threshold": None, "editing": "autoregressive", "multi_block_edit": False}
+    if synthetic:
+        texts, tps = generate_autoregressive(
+            model, tokenizer, [r["prompt"] for r in synthetic], synthetic_tokens, batch
+        )
+        row["accuracy"], row["tpf_synthetic"], row["tokens_per_s_synthetic"] = (
+            exact_match(texts, synthetic),
+            1.0,
+            tps,
+        )
+    if code:
+        texts, tps = generate_autoregressive(
+            model, tokenizer, [r["prompt"] for r in code], code_tokens, batch
+        )
+        row["parse_rate"], row["tpf_code"], row["tokens_per_s_code"] = parse_rate(texts, code), 1.0, tps
     return row
 
 
@@ -135,16 +223,19 @@ def tradeoff(
     code: Sequence[dict[str, str]],
     settings: Sequence[Setting],
     *,
+    autoregressive: dict[str, tuple[Any, Any]] | None = None,
     progress: bool = True,
     **kwargs: Any,
 ) -> list[dict[str, Any]]:
-    """`evaluate_setting` for every model and setting (a progress bar on long runs).
+    """`evaluate_setting` for every model and setting (a progress bar on long runs), then
+    `evaluate_autoregressive` for each autoregressive baseline.
 
     Args:
         models: name → `(model, tokenizer)`.
         synthetic: held-out rows with exact answers (`prompt`, `completion`).
         code: held-out code rows (`prompt` = a `def` header).
         settings: the grid (`tradeoff_settings`).
+        autoregressive: name → `(causal LM, tokenizer)` decoded with plain greedy `model.generate`.
         progress: show a tqdm progress bar.
         **kwargs: `block_length`, `batch`, `synthetic_tokens`, `code_tokens` of `evaluate_setting`.
 
@@ -153,26 +244,34 @@ def tradeoff(
     """
     from tqdm.auto import tqdm
 
-    jobs = [(name, s) for name in models for s in settings]
+    autoregressive = autoregressive or {}
+    jobs: list[tuple[str, Setting | None]] = [(name, s) for name in models for s in settings]
+    jobs += [(name, None) for name in autoregressive]
     rows = []
     for name, setting in tqdm(jobs, desc="trade-off", disable=not progress):
-        model, tokenizer = models[name]
-        rows.append({"model": name, **evaluate_setting(model, tokenizer, setting, synthetic, code, **kwargs)})
+        if setting is None:
+            model, tokenizer = autoregressive[name]
+            ar_kwargs = {k: v for k, v in kwargs.items() if k != "block_length"}
+            row = evaluate_autoregressive(model, tokenizer, synthetic, code, **ar_kwargs)
+        else:
+            model, tokenizer = models[name]
+            row = evaluate_setting(model, tokenizer, setting, synthetic, code, **kwargs)
+        rows.append({"model": name, **row})
     return rows
 
 
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
     """A markdown table of `tradeoff` rows."""
-    columns = ["model", "τ_mask", "editing", "MBE", "exact match (%)", "TPF", "parses (%)", "TPF (code)"]
-    lines = [
-        "| " + " | ".join([*columns, "tokens/s (code)"]) + " |",
-        "|---|---:|---|---|---:|---:|---:|---:|---:|",
-    ]
+    columns = ["model", "τ_mask", "editing", "MBE", "exact match (%)", "TPF", "tokens/s"]
+    columns += ["parses (%)", "TPF (code)", "tokens/s (code)"]
+    lines = ["| " + " | ".join(columns) + " |", "|---|---:|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         mbe = "on" if r["multi_block_edit"] else "off"
+        threshold = "—" if r["threshold"] is None else r["threshold"]
         lines.append(
-            f"| {r['model']} | {r['threshold']} | {r['editing']} | {mbe} | "
+            f"| {r['model']} | {threshold} | {r['editing']} | {mbe} | "
             f"{r.get('accuracy', float('nan')):.1f} | {r.get('tpf_synthetic', float('nan')):.2f} | "
+            f"{r.get('tokens_per_s_synthetic', float('nan')):.0f} | "
             f"{r.get('parse_rate', float('nan')):.1f} | {r.get('tpf_code', float('nan')):.2f} | "
             f"{r.get('tokens_per_s_code', float('nan')):.0f} |"
         )
@@ -197,25 +296,22 @@ def plot(rows: Sequence[dict[str, Any]], path: str) -> None:
     for r in rows:
         groups.setdefault((r["model"], r["editing"], r["multi_block_edit"]), []).append(r)
     for (model, editing, mbe), group in groups.items():
-        group = sorted(group, key=lambda r: r["threshold"])
-        label = f"{model}, edit {editing}{', MBE' if mbe else ''}"
-        style = "--" if mbe else "-"
+        group = sorted(group, key=lambda r: r["threshold"] or 0.0)
+        style: dict[str, Any]
+        if editing == "autoregressive":  # one point at TPF 1
+            style = {
+                "label": f"{model} (autoregressive)",
+                "marker": "*",
+                "markersize": 12,
+                "linestyle": "none",
+            }
+        else:
+            label = f"{model}, edit {editing}{', MBE' if mbe else ''}"
+            style = {"label": label, "marker": "o", "linestyle": "--" if mbe else "-"}
         if "accuracy" in group[0]:
-            axes[0].plot(
-                [r["tpf_synthetic"] for r in group],
-                [r["accuracy"] for r in group],
-                style,
-                marker="o",
-                label=label,
-            )
+            axes[0].plot([r["tpf_synthetic"] for r in group], [r["accuracy"] for r in group], **style)
         if "parse_rate" in group[0]:
-            axes[1].plot(
-                [r["tpf_code"] for r in group],
-                [r["parse_rate"] for r in group],
-                style,
-                marker="o",
-                label=label,
-            )
+            axes[1].plot([r["tpf_code"] for r in group], [r["parse_rate"] for r in group], **style)
     axes[0].set(xlabel="tokens per forward", ylabel="exact match (%)", title="synthetic tasks (held out)")
     axes[1].set(
         xlabel="tokens per forward", ylabel="completions that parse (%)", title="code (held-out modules)"

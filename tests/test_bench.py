@@ -8,7 +8,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from dllm_edit.cli import main
 from dllm_edit.data import build_char_tokenizer, synthetic_examples
-from dllm_edit.evaluation import format_table, tradeoff, tradeoff_settings
+from dllm_edit.evaluation import evaluate_autoregressive, format_table, tradeoff, tradeoff_settings
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +77,39 @@ def test_bench_command_writes_table_json_and_plot(char_model_dir, tmp_path, caps
         ]
     )
     assert status == 0
-    assert "| tiny | 0.7 |" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "| tiny | 0.7 |" in out and "held-out: 4 synthetic prompts" in out  # --quick keeps explicit sizes
     assert len(json.loads(out_json.read_text())) == 6 and out_png.stat().st_size > 0
     assert main(["bench", "--model", "nameless"]) == 2
     assert "NAME=PATH" in capsys.readouterr().err
+
+
+def test_autoregressive_baseline_rows(char_model_dir, tmp_path, capsys):
+    """An autoregressive model is decoded by plain `generate`; its row joins the table and plot."""
+    path, model, tokenizer = char_model_dir
+    synthetic = synthetic_examples("sort", 3, split="test")
+    row = evaluate_autoregressive(model, tokenizer, synthetic, [], synthetic_tokens=6)
+    assert row["editing"] == "autoregressive" and row["threshold"] is None and row["tpf_synthetic"] == 1.0
+    assert 0 <= row["accuracy"] <= 100 and row["tokens_per_s_synthetic"] > 0 and "parse_rate" not in row
+    # the row matches greedy decoding done by hand, token by token without a cache
+    enc = tokenizer([synthetic[0]["prompt"]], return_tensors="pt")
+    ids = enc["input_ids"]
+    with torch.no_grad():
+        for _ in range(6):
+            ids = torch.cat([ids, model(ids).logits[:, -1:].argmax(-1)], dim=1)
+    new = ids[0, enc["input_ids"].shape[1] :].tolist()
+    new = new[: new.index(tokenizer.eos_token_id)] if tokenizer.eos_token_id in new else new
+    by_hand = tokenizer.decode(new, skip_special_tokens=True)
+    expected = 100.0 * (by_hand.strip() == synthetic[0]["completion"].strip())
+    assert (
+        evaluate_autoregressive(model, tokenizer, synthetic[:1], [], synthetic_tokens=6)["accuracy"]
+        == expected
+    )
+
+    out_png = tmp_path / "plot.png"
+    args = ["bench", "--model", f"d={path}", "--ar-model", f"ar={path}", "--quick", "--thresholds", "0.5"]
+    assert main([*args, "--synthetic", "3", "--code", "1", "--plot", str(out_png)]) == 0
+    out = capsys.readouterr().out
+    assert "| ar | — | autoregressive | off |" in out and out_png.stat().st_size > 0
+    assert main(["bench", "--model", f"x={path}", "--ar-model", f"x={path}"]) == 2
+    assert "distinct" in capsys.readouterr().err

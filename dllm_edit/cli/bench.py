@@ -3,6 +3,7 @@
 dllm-edit bench                                   # the shipped model, the full grid
 dllm-edit bench --model m2t=runs/m2t --model edit=runs/edit --plot tradeoff.png
 dllm-edit bench --quick                           # a small grid on few prompts
+dllm-edit bench --ar-model ar=runs/default-model-ar   # add an autoregressive baseline (plain generate)
 """
 
 from __future__ import annotations
@@ -26,13 +27,33 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME=PATH",
         help="a model to measure, as name=path (repeatable; default: the shipped model)",
     )
-    parser.add_argument("--synthetic", type=int, default=200, help="held-out synthetic prompts (default 200)")
-    parser.add_argument("--code", type=int, default=50, help="held-out code prompts (default 50)")
     parser.add_argument(
-        "--thresholds", type=float, nargs="+", default=[0.9, 0.7, 0.5, 0.3], help="τ_mask values"
+        "--ar-model",
+        action="append",
+        default=None,
+        metavar="NAME=PATH",
+        help="an autoregressive causal LM to compare, decoded with plain greedy model.generate (repeatable)",
+    )
+    parser.add_argument(
+        "--synthetic",
+        type=int,
+        default=None,
+        help="held-out synthetic prompts (default 200; 40 with --quick)",
+    )
+    parser.add_argument(
+        "--code", type=int, default=None, help="held-out code prompts (default 50; 10 with --quick)"
+    )
+    parser.add_argument(
+        "--thresholds",
+        type=float,
+        nargs="+",
+        default=None,
+        help="τ_mask values (default 0.9 0.7 0.5 0.3; 0.7 0.5 with --quick)",
     )
     parser.add_argument("--no-mbe", action="store_true", help="skip the multi-block-editing half of the grid")
-    parser.add_argument("--quick", action="store_true", help="τ_mask 0.7 and 0.5, no MBE, 40 + 10 prompts")
+    parser.add_argument(
+        "--quick", action="store_true", help="defaults to τ_mask 0.7 and 0.5, no MBE, 40 + 10 prompts"
+    )
     parser.add_argument(
         "--plot", default=None, metavar="PNG", help="draw accuracy against TPF (needs matplotlib)"
     )
@@ -43,18 +64,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _models(specs: list[str] | None, trust_remote_code: bool) -> dict[str, tuple[Any, Any]]:
-    from dllm_edit.shipped import load_default
-
-    from .loading import load_model_and_tokenizer
-
-    if not specs:
-        return {"shipped": load_default()}
-    models = {}
+def _split_specs(specs: list[str], option: str) -> list[tuple[str, str]]:
+    """`NAME=PATH` pairs, checked before any model is loaded."""
+    pairs = []
     for spec in specs:
         name, sep, path = spec.partition("=")
         if not sep or not name or not path:
-            raise ValueError(f"--model takes NAME=PATH (e.g. edit=runs/edit-sft), got {spec!r}.")
+            raise ValueError(f"{option} takes NAME=PATH (e.g. edit=runs/edit-sft), got {spec!r}.")
+        pairs.append((name, path))
+    return pairs
+
+
+def _load(pairs: list[tuple[str, str]], trust_remote_code: bool) -> dict[str, tuple[Any, Any]]:
+    from .loading import load_model_and_tokenizer
+
+    models = {}
+    for name, path in pairs:
         model, tokenizer = load_model_and_tokenizer(path, trust_remote_code=trust_remote_code)
         models[name] = (model.eval(), tokenizer)
     return models
@@ -65,8 +90,14 @@ def run(argv: Sequence[str]) -> int:
     from dllm_edit.evaluation import format_table, plot, tradeoff, tradeoff_settings
 
     args = build_parser().parse_args(list(argv))
-    if args.quick:
-        args.thresholds, args.no_mbe, args.synthetic, args.code = [0.7, 0.5], True, 40, 10
+    if args.quick:  # a smaller default grid; explicit --thresholds / --synthetic / --code still win
+        args.no_mbe = True
+    if args.thresholds is None:
+        args.thresholds = [0.7, 0.5] if args.quick else [0.9, 0.7, 0.5, 0.3]
+    if args.synthetic is None:
+        args.synthetic = 40 if args.quick else 200
+    if args.code is None:
+        args.code = 10 if args.quick else 50
     if args.synthetic < 0 or args.code < 0 or args.synthetic + args.code == 0:
         raise ValueError("--synthetic and --code must be >= 0, and not both 0.")
     if any(not 0.0 <= t <= 1.0 for t in args.thresholds):
@@ -76,11 +107,22 @@ def run(argv: Sequence[str]) -> int:
             import matplotlib  # noqa: F401
         except ImportError as err:
             raise ImportError('--plot needs matplotlib: pip install "dllm-edit[bench]".') from err
-    models = _models(args.model, args.trust_remote_code)
+    diffusion_specs = _split_specs(args.model or [], "--model")
+    ar_specs = _split_specs(args.ar_model or [], "--ar-model")
+    names = [name for name, _ in diffusion_specs + ar_specs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"--model / --ar-model names must be distinct, got {names}.")
+    if diffusion_specs:
+        models = _load(diffusion_specs, args.trust_remote_code)
+    else:
+        from dllm_edit.shipped import load_default
+
+        models = {"shipped": load_default()}
+    autoregressive = _load(ar_specs, args.trust_remote_code)
     synthetic = builtin_rows("dllm_edit:synthetic", "test")[: args.synthetic]
     code = builtin_rows("dllm_edit:code", "test")[: args.code]
     settings = tradeoff_settings(args.thresholds, multi_block_edit=(False,) if args.no_mbe else (False, True))
-    rows = tradeoff(models, synthetic, code, settings)
+    rows = tradeoff(models, synthetic, code, settings, autoregressive=autoregressive)
     print(
         f"held-out: {len(synthetic)} synthetic prompts (exact match), {len(code)} code prompts (parse rate)"
     )
