@@ -19,16 +19,14 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import statistics
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import dllm_edit
-from dllm_edit.data import parses
 from dllm_edit.data.builtin import builtin_rows
-from dllm_edit.evaluation import decode_prompts
+from dllm_edit.evaluation import decode_prompts, exact_match, parse_rate
 from dllm_edit.trainers import DiffusionForward, elbo_token_logps
 
 PRESETS = {
@@ -105,13 +103,9 @@ def main() -> None:
     rows = []
     for name, preset in PRESETS.items():
         texts, tpf = decode(model, tokenizer, [r["prompt"] for r in synthetic], preset, 16)
-        acc = 100 * statistics.fmean(
-            float(t.strip() == r["completion"]) for t, r in zip(texts, synthetic, strict=True)
-        )
+        acc = exact_match(texts, synthetic)
         ctexts, ctpf = decode(model, tokenizer, [r["prompt"] for r in code], preset, 128)
-        parse = 100 * statistics.fmean(
-            float(parses(r["prompt"], t)) for t, r in zip(ctexts, code, strict=True)
-        )
+        parse = parse_rate(ctexts, code)
         rows.append((name, acc, tpf, parse, ctpf))
         print(f"{name:<9} synthetic exact match {acc:5.1f}%  TPF {tpf:.2f}", end="   ")
         print(f"code parses {parse:5.1f}%  TPF {ctpf:.2f}")
@@ -137,6 +131,12 @@ def main() -> None:
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(target)
     tokenizer.save_pretrained(target)
+    # transformers 5 names the fast tokenizer class "TokenizersBackend", which transformers 4.x (still
+    # needed by LLaDA2.x remote code) cannot import; "PreTrainedTokenizerFast" loads in both.
+    tokenizer_config = target / "tokenizer_config.json"
+    fields = json.loads(tokenizer_config.read_text())
+    fields["tokenizer_class"] = "PreTrainedTokenizerFast"
+    tokenizer_config.write_text(json.dumps(fields, indent=2) + "\n")
     recipe = (Path(__file__).parents[1] / "examples" / "recipes" / "default_model.yaml").read_text()
     trained = f"{args.train_seconds / 60:.0f} minutes" if args.train_seconds else "not recorded"
     card = f"""---
@@ -167,7 +167,8 @@ modules, greedy completions that parse with `ast`; likelihood bound (masked-diff
 
 {chr(10).join(table)}
 
-Command: `python benchmarks/default_model.py runs/default-model --install`.
+Command: `python benchmarks/default_model.py {args.checkpoint} --install`. The files load with
+transformers 4.57 and 5.x (`AutoModelForCausalLM`, `AutoTokenizer`; no remote code).
 
 ## Recipe (`examples/recipes/default_model.yaml`), trained with `dllm-edit sft --config ...`
 

@@ -30,6 +30,9 @@ def test_files_are_small_and_carry_a_model_card():
     card = (dllm_edit.DEFAULT_MODEL_DIR / "README.md").read_text()
     assert "Held-out results" in card and "default_model.yaml" in card
     assert any(f.suffix == ".safetensors" for f in files)
+    # a class name transformers 4.57 and 5.x both know (5.x alone writes "TokenizersBackend")
+    tokenizer_config = json.loads((dllm_edit.DEFAULT_MODEL_DIR / "tokenizer_config.json").read_text())
+    assert tokenizer_config["tokenizer_class"] == "PreTrainedTokenizerFast"
 
 
 def test_cli_defaults_to_the_shipped_model(capsys):
