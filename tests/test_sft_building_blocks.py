@@ -95,6 +95,59 @@ def test_corruption_rates_match_on_average():
     assert torch.equal(full.masked, response)
 
 
+@given(
+    stream_rate=st.floats(0, 1),
+    block=st.sampled_from([None, 2, 3, 4, 6, 8]),  # divisors of the width 24
+    seed=st.integers(0, 2**16),
+)
+def test_editing_stream_examples_hold_no_mask(stream_rate, block, seed):
+    """Editing-stream rows (or blocks) carry replacements only; the others are corrupted as without it."""
+    ids, response, _ = _batch([24] * 6, [4] * 6, 24)
+    kwargs = dict(mask_token_id=MASK, vocab_size=VOCAB, mask_rate=(0.5, 1.0), edit_rate=(0.2, 0.2))
+    plain = corrupt_response(
+        ids, response, block_length=block, generator=torch.Generator().manual_seed(seed), **kwargs
+    )
+    mixed = corrupt_response(
+        ids,
+        response,
+        block_length=block,
+        editing_stream_rate=stream_rate,
+        generator=torch.Generator().manual_seed(seed),
+        **kwargs,
+    )
+    # the stream only removes masks (drawn last: every other draw is unchanged)
+    assert not (mixed.masked & ~plain.masked).any()
+    assert torch.equal(mixed.mask_rate, plain.mask_rate)
+    group = 24 if block is None else block
+    unmasked = mixed.masked.reshape(6, -1, group).sum(-1) == 0  # [B, groups]
+    changed = (plain.masked & ~mixed.masked).reshape(6, -1, group).any(-1)  # [B, groups]
+    assert not (changed & ~unmasked).any()  # masks disappear from whole rows (or blocks) only
+    # where the masks were lifted, the old masked positions are now clean or replaced, never masked
+    lifted = plain.masked & ~mixed.masked
+    assert torch.equal(mixed.noisy[lifted & ~mixed.replaced], ids[lifted & ~mixed.replaced])
+    if stream_rate == 0:
+        assert torch.equal(mixed.noisy, plain.noisy)
+    if stream_rate == 1:
+        assert not mixed.masked.any()
+
+
+def test_editing_stream_rate_matches_on_average():
+    ids, response, _ = _batch([32] * 2000, [8] * 2000, 32)
+    c = corrupt_response(
+        ids,
+        response,
+        mask_token_id=MASK,
+        vocab_size=VOCAB,
+        mask_rate=(0.5, 1.0),
+        editing_stream_rate=0.25,
+        generator=torch.Generator().manual_seed(0),
+    )
+    no_mask_rows = (~c.masked.any(dim=1)).float().mean().item()
+    assert abs(no_mask_rows - 0.25) < 0.03  # P(no mask by chance at t >= 0.5 over 24 tokens) ~ 0
+    with pytest.raises(ValueError, match="editing_stream_rate"):
+        corrupt_response(ids, response, mask_token_id=MASK, vocab_size=VOCAB, editing_stream_rate=1.5)
+
+
 @pytest.mark.parametrize(
     "bad", [dict(mask_rate=(-0.1, 0.5)), dict(mask_rate=(0.6, 0.5)), dict(edit_rate=(0, 1.5))]
 )

@@ -186,6 +186,10 @@ def test_bad_input_is_refused_before_training(tmp_path):
         config(tmp_path, edit_rate_max=1.5)
     with pytest.raises(ValueError, match="mask_rate"):
         config(tmp_path, mask_rate_min=0.9, mask_rate_max=0.2)
+    with pytest.raises(ValueError, match="editing_stream_rate"):
+        config(tmp_path, editing_stream_rate=1.0)
+    with pytest.raises(ValueError, match="editing_stream_rate=0"):  # plain M2T must say so
+        config(tmp_path, edit_rate_max=0.0, clean_loss_weight=0.0)
     with pytest.raises(ValueError, match="multiple of `block_length`"):
         EditSFTTrainer(model, args=config(tmp_path, max_length=30), train_dataset=good, processing_class=tok)
     with pytest.raises(ValueError, match="packing"):

@@ -9,6 +9,14 @@ tokens (M2T) and an *editing* stream that recovers original tokens from random-n
   (`e ~ U[e_min, e_max]`, drawn like `t`);
 - **clean** otherwise (left as it is).
 
+With `editing_stream_rate > 0`, that fraction of the examples (or blocks) is an *editing-stream*
+example: nothing is masked, only random replacements (rate `e`) — a fully written block with some
+wrong tokens, the state every post step of T2T decoding judges. Without such examples a model never
+sees a block with no mask during training, and at the post step it may "correct" right tokens
+(measured on the shipped model: docs/benchmarks.md). Mask rates are not lowered towards 0 for
+this: near-zero `t` makes the `1/t`-weighted drafting term high-variance (the LLaDA2.0 report's
+"mask ratio bandwidth").
+
 Prompt positions (and padding) are never touched. All randomness comes from the `generator` passed
 in, so a batch is corrupted identically whenever the same generator state is used.
 """
@@ -95,6 +103,7 @@ def corrupt_response(
     edit_rate: tuple[float, float] = (0.0, 0.2),
     block_length: int | None = None,
     never_sample: Sequence[int] = (),
+    editing_stream_rate: float = 0.0,
     generator: torch.Generator | None = None,
 ) -> Corruption:
     """Mask and randomly replace response tokens (see the module docstring).
@@ -110,6 +119,8 @@ def corrupt_response(
         block_length: draw the rates per block of this many positions instead of per example.
         never_sample: token ids random replacements never use (the mask token is always excluded;
             pass the tokenizer's special ids so noise looks like ordinary text).
+        editing_stream_rate: probability that an example (or a block, with `block_length`) is
+            corrupted by random replacements only, with nothing masked.
         generator: source of all randomness (its device is where the noise is drawn).
 
     Returns:
@@ -131,6 +142,11 @@ def corrupt_response(
     """
     check_rate_range("mask_rate", *mask_rate)
     check_rate_range("edit_rate", *edit_rate)
+    if not 0.0 <= editing_stream_rate <= 1.0:
+        raise ValueError(
+            f"`editing_stream_rate` must lie in [0, 1], got {editing_stream_rate!r}: it is the fraction of "
+            "examples corrupted by random replacements only (e.g. 0.25)."
+        )
     if input_ids.shape != response_mask.shape:
         raise ValueError(
             f"`response_mask` must have the shape of `input_ids` {tuple(input_ids.shape)}, got "
@@ -154,6 +170,9 @@ def corrupt_response(
     draw_edit = torch.rand(shape, generator=generator, device=noise_device) < e  # [B, T]
     pick = torch.randint(0, allowed.numel(), shape, generator=generator, device=noise_device)  # [B, T]
     random_tokens = allowed.to(noise_device)[pick].to(device)  # [B, T]
+    if editing_stream_rate > 0:  # drawn last, so the other draws do not depend on it
+        u = sample_rates(shape, 0.0, 1.0, block_length, generator)  # [B, T], constant per row / block
+        masked = masked & ~(u < editing_stream_rate).to(device)
     replaced = response & ~masked & draw_edit.to(device) & (random_tokens != input_ids)  # [B, T]
 
     noisy = torch.where(replaced, random_tokens, input_ids)  # [B, T]

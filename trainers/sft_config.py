@@ -31,7 +31,11 @@ class EditSFTConfig(SFTConfig):
         edit_rate_min (float): lowest fraction `e` of the response tokens left unmasked that are
             replaced by random tokens (editing stream, T2T; default 0.0).
         edit_rate_max (float): highest such fraction (default 0.2). Both 0 (with
-            `clean_loss_weight=0`) gives plain masked-diffusion SFT.
+            `clean_loss_weight=0` and `editing_stream_rate=0`) gives plain masked-diffusion SFT.
+        editing_stream_rate (float): fraction of the examples (or blocks, with `noise_granularity=
+            "block"`) corrupted by random replacements only, nothing masked (default 0.25): fully
+            written blocks with some wrong tokens, the state T2T editing judges at every post step.
+            0 trains only on blocks that still hold masks (see `dllm_edit.trainers.corrupt_response`).
         noise_granularity (str): draw `t` and `e` per `"sequence"` (default) or per `"block"`.
         mask_loss_weighting (str): weight of the drafting term: `"inverse_t"` (default; `1/t`, the
             masked-diffusion ELBO weighting) or `"none"`.
@@ -87,6 +91,10 @@ class EditSFTConfig(SFTConfig):
     edit_rate_max: float = field(
         default=0.2, metadata={"help": "Highest fraction of unmasked response tokens replaced by noise."}
     )
+    editing_stream_rate: float = field(
+        default=0.25,
+        metadata={"help": "Fraction of examples corrupted by random replacements only (no mask)."},
+    )
     noise_granularity: str = field(
         default="sequence",
         metadata={
@@ -130,6 +138,17 @@ class EditSFTConfig(SFTConfig):
         """Check the edit-SFT fields; raise a ValueError naming the field, the constraint and the fix."""
         check_rate_range("mask_rate", self.mask_rate_min, self.mask_rate_max)
         check_rate_range("edit_rate", self.edit_rate_min, self.edit_rate_max)
+        if not 0.0 <= self.editing_stream_rate < 1.0:
+            raise ValueError(
+                f"`editing_stream_rate` must lie in [0, 1), got {self.editing_stream_rate!r}: it is the "
+                "fraction of examples with random replacements and no mask; 1 would leave no drafting stream."
+            )
+        if self.editing_stream_rate > 0 and self.edit_rate_max == 0 and self.clean_loss_weight == 0:
+            raise ValueError(
+                f"`editing_stream_rate`={self.editing_stream_rate!r} with no random replacements "
+                "(`edit_rate_max`=0) and no clean term (`clean_loss_weight`=0): those examples would carry "
+                "no loss. For plain masked-diffusion SFT set editing_stream_rate=0."
+            )
         if self.mask_rate_max <= 0:
             raise ValueError(
                 "`mask_rate_max` must be > 0: with no masked token the drafting stream (M2T) has nothing to "

@@ -294,6 +294,7 @@ class EditSFTTrainer(SFTTrainer):
             edit_rate=(args.edit_rate_min, args.edit_rate_max),
             block_length=args.block_length if args.noise_granularity == "block" else None,
             never_sample=self.never_sample,
+            editing_stream_rate=args.editing_stream_rate,
             generator=generator,
         )
         forward = DiffusionForward(model, self.attention_form, args.block_length)
