@@ -163,7 +163,8 @@ completion = the body), with whole modules held out for evaluation.
 
 Synthetic: {len(synthetic)} prompts from another seed, exact match. Code: {len(code)} functions of held-out
 modules, greedy completions that parse with `ast`; likelihood bound (masked-diffusion ELBO of the bodies,
-8 timesteps): {bound:.3f} nats/token. TPF = completion tokens per forward.
+8 timesteps): {bound:.3f} nats/token. TPF = completion tokens per forward. "M2T only" is this model
+decoded with the S preset and editing off (`editing_threshold=None`).
 
 {chr(10).join(table)}
 
