@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -114,6 +114,31 @@ def parse_rate(texts: Sequence[str], rows: Sequence[dict[str, str]]) -> float:
     return 100 * statistics.fmean(float(parses(r["prompt"], t)) for t, r in zip(texts, rows, strict=True))
 
 
+def score_tasks(
+    row: dict[str, Any],
+    decode: Callable[[list[str], int], tuple[list[str], float, float]],
+    synthetic: Sequence[dict[str, str]],
+    code: Sequence[dict[str, str]],
+    synthetic_tokens: int,
+    code_tokens: int,
+) -> dict[str, Any]:
+    """Fill `row` with exact match on `synthetic` and parse rate on `code`, each with TPF and tokens/s.
+
+    `decode(prompts, max_new_tokens)` returns (completions, mean tokens per forward, tokens/s).
+    """
+    if synthetic:
+        texts, tpf, tps = decode([r["prompt"] for r in synthetic], synthetic_tokens)
+        row["accuracy"], row["tpf_synthetic"], row["tokens_per_s_synthetic"] = (
+            exact_match(texts, synthetic),
+            tpf,
+            tps,
+        )
+    if code:
+        texts, tpf, tps = decode([r["prompt"] for r in code], code_tokens)
+        row["parse_rate"], row["tpf_code"], row["tokens_per_s_code"] = parse_rate(texts, code), tpf, tps
+    return row
+
+
 def evaluate_setting(
     model: Any,
     tokenizer: Any,
@@ -127,18 +152,11 @@ def evaluate_setting(
     code_tokens: int = 64,
 ) -> dict[str, Any]:
     """Scores of one setting: exact match and TPF on `synthetic`, parse rate and TPF on `code`, tokens/s."""
-    row: dict[str, Any] = asdict(setting)
-    if synthetic:
-        cfg = setting.config(synthetic_tokens, block_length)
-        texts, tpf, tps = decode_prompts(model, tokenizer, [r["prompt"] for r in synthetic], cfg, batch)
-        row["accuracy"] = exact_match(texts, synthetic)
-        row["tpf_synthetic"], row["tokens_per_s_synthetic"] = tpf, tps
-    if code:
-        cfg = setting.config(code_tokens, block_length)
-        texts, tpf, tps = decode_prompts(model, tokenizer, [r["prompt"] for r in code], cfg, batch)
-        row["parse_rate"] = parse_rate(texts, code)
-        row["tpf_code"], row["tokens_per_s_code"] = tpf, tps
-    return row
+
+    def decode(prompts: list[str], max_new_tokens: int) -> tuple[list[str], float, float]:
+        return decode_prompts(model, tokenizer, prompts, setting.config(max_new_tokens, block_length), batch)
+
+    return score_tasks(asdict(setting), decode, synthetic, code, synthetic_tokens, code_tokens)
 
 
 @torch.no_grad()
@@ -200,21 +218,12 @@ def evaluate_autoregressive(
         ('autoregressive', 1.0, True)
     """
     row: dict[str, Any] = {"threshold": None, "editing": "autoregressive", "multi_block_edit": False}
-    if synthetic:
-        texts, tps = generate_autoregressive(
-            model, tokenizer, [r["prompt"] for r in synthetic], synthetic_tokens, batch
-        )
-        row["accuracy"], row["tpf_synthetic"], row["tokens_per_s_synthetic"] = (
-            exact_match(texts, synthetic),
-            1.0,
-            tps,
-        )
-    if code:
-        texts, tps = generate_autoregressive(
-            model, tokenizer, [r["prompt"] for r in code], code_tokens, batch
-        )
-        row["parse_rate"], row["tpf_code"], row["tokens_per_s_code"] = parse_rate(texts, code), 1.0, tps
-    return row
+
+    def decode(prompts: list[str], max_new_tokens: int) -> tuple[list[str], float, float]:
+        texts, tps = generate_autoregressive(model, tokenizer, prompts, max_new_tokens, batch)
+        return texts, 1.0, tps  # one forward per token
+
+    return score_tasks(row, decode, synthetic, code, synthetic_tokens, code_tokens)
 
 
 def tradeoff(
