@@ -254,6 +254,7 @@ def tradeoff(
     from tqdm.auto import tqdm
 
     autoregressive = autoregressive or {}
+    _warm_up(models, autoregressive, synthetic or code, settings, kwargs)
     jobs: list[tuple[str, Setting | None]] = [(name, s) for name in models for s in settings]
     jobs += [(name, None) for name in autoregressive]
     rows = []
@@ -267,6 +268,25 @@ def tradeoff(
             row = evaluate_setting(model, tokenizer, setting, synthetic, code, **kwargs)
         rows.append({"model": name, **row})
     return rows
+
+
+def _warm_up(
+    models: dict[str, tuple[Any, Any]],
+    autoregressive: dict[str, tuple[Any, Any]],
+    rows: Sequence[dict[str, str]],
+    settings: Sequence[Setting],
+    kwargs: dict[str, Any],
+) -> None:
+    """Decode two prompts with every model once, untimed, so that one-time costs (first-call kernel
+    selection, allocator growth) do not land in the tokens/s of whichever setting happens to run first."""
+    prompts = [r["prompt"] for r in rows[:2]]
+    if not prompts or not settings:
+        return
+    config = settings[0].config(4, kwargs.get("block_length", 32))
+    for model, tokenizer in models.values():
+        decode_prompts(model, tokenizer, prompts, config, batch=2)
+    for model, tokenizer in autoregressive.values():
+        generate_autoregressive(model, tokenizer, prompts, 4, batch=2)
 
 
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
@@ -300,10 +320,15 @@ def plot(rows: Sequence[dict[str, Any]], path: str) -> None:
         import matplotlib.pyplot as plt
     except ImportError as err:
         raise ImportError('Plotting needs matplotlib: pip install "dllm-edit[bench]".') from err
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))
     groups: dict[tuple[str, str, bool], list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault((r["model"], r["editing"], r["multi_block_edit"]), []).append(r)
+    # colour = editing, marker = model, dashed = multi-block editing: every line stays distinguishable
+    colours = dict(zip(EDITING, ("tab:blue", "tab:orange", "tab:green"), strict=True))
+    markers = "osD^vP"
+    names = dict.fromkeys(r["model"] for r in rows)  # in order of appearance
+    model_marker = {m: markers[i % len(markers)] for i, m in enumerate(names)}
     for (model, editing, mbe), group in groups.items():
         group = sorted(group, key=lambda r: r["threshold"] or 0.0)
         style: dict[str, Any]
@@ -311,12 +336,19 @@ def plot(rows: Sequence[dict[str, Any]], path: str) -> None:
             style = {
                 "label": f"{model} (autoregressive)",
                 "marker": "*",
-                "markersize": 12,
+                "markersize": 13,
                 "linestyle": "none",
+                "color": "black",
             }
         else:
             label = f"{model}, edit {editing}{', MBE' if mbe else ''}"
-            style = {"label": label, "marker": "o", "linestyle": "--" if mbe else "-"}
+            style = {
+                "label": label,
+                "marker": model_marker[model],
+                "linestyle": "--" if mbe else "-",
+                "color": colours.get(editing, "tab:gray"),
+                "fillstyle": "none" if mbe else "full",
+            }
         if "accuracy" in group[0]:
             axes[0].plot([r["tpf_synthetic"] for r in group], [r["accuracy"] for r in group], **style)
         if "parse_rate" in group[0]:
@@ -325,7 +357,7 @@ def plot(rows: Sequence[dict[str, Any]], path: str) -> None:
     axes[1].set(
         xlabel="tokens per forward", ylabel="completions that parse (%)", title="code (held-out modules)"
     )
-    axes[0].legend(fontsize=7)
+    axes[1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -40,3 +40,34 @@ def test_cli_defaults_to_the_shipped_model(capsys):
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["num_forwards"] >= 1 and isinstance(result["text"], str)
     assert torch.isfinite(torch.tensor(result["tokens_per_forward"]))
+
+
+def test_forward_budget_accounts_for_every_forward(monkeypatch, capsys):
+    """`benchmarks/forward_budget.py` sorts each forward of a traced decode into exactly one kind."""
+    import runpy
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "forward_budget.py"
+    namespace = runpy.run_path(str(script))
+    model, tokenizer = dllm_edit.load_default()
+    for preset in namespace["PRESETS"].values():
+        counts = namespace["budget"](model, tokenizer, "sort:9431=", preset, 16)
+        kinds = counts["draft, kept"] + counts["draft, tail only"] + counts["verify"]
+        assert kinds == counts["forwards"] >= counts["floor"] >= 2
+        assert counts["verify"] >= 1 and counts["draft, kept"] >= 1  # presets verify every block
+    monkeypatch.setattr("sys.argv", ["forward_budget.py", "--synthetic", "2", "--code", "1"])
+    runpy.run_path(str(script), run_name="__main__")
+    out = capsys.readouterr().out
+    assert out.count("| synthetic |") == 3 and "no preset can reach more than" in out
+
+
+def test_forward_cost_table(monkeypatch, capsys):
+    import runpy
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "forward_cost.py"
+    argv = ["forward_cost.py", "--repeats", "1", "--batches", "1", "--widths", "1", "4", "--prefix", "8"]
+    monkeypatch.setattr("sys.argv", argv)
+    runpy.run_path(str(script), run_name="__main__")
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| 1 |")]
+    assert len(rows) == 2 and rows[0].split("|")[4].strip() == "1.0"  # width 1 is its own unit

@@ -1,0 +1,133 @@
+"""Where do the forwards go? The forward budget of each preset on the shipped model, step by step.
+
+Tokens per forward (TPF) counts the completion tokens returned (up to the first EOS) over all the
+forwards a row spent. Not every forward can be saved by a lower unmask threshold: every block that
+is decoded ends with at least one verification forward once its last mask is filled (the presets'
+`max_post_steps` >= 1), and the positions after EOS up to the block's end (and past `max_new_tokens`)
+must be unmasked too before the block ends. This script decodes held-out prompts one at a time with
+`output_trace=True` and sorts every forward into one of:
+
+- **draft, kept**: masks were left and the step unmasked at least one returned completion token;
+- **draft, tail only**: masks were left but the step only unmasked positions after the first EOS or
+  past `max_new_tokens` (work that is not counted as output);
+- **verify**: no mask was left in the block (a post step; edits happen here).
+
+It also reports the *floor*: the fewest forwards any threshold could spend on the row with the same
+blocks (one drafting forward plus one verification forward per decoded block), and so the largest
+TPF ratio a faster preset could reach against the slower one on the same rows.
+
+    python benchmarks/forward_budget.py                      # 100 synthetic prompts, 20 functions
+    python benchmarks/forward_budget.py --model runs/default-model --synthetic 40 --code 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+import torch
+
+import dllm_edit
+from dllm_edit.data.builtin import builtin_rows
+from dllm_edit.generation import generate
+
+PRESETS = {
+    "Q": dict(mode="quality"),
+    "S": dict(mode="speedy"),
+    "τ_mask 0.3, S": dict(mode="speedy", threshold=0.3),
+}
+BLOCK = 32
+
+
+@torch.no_grad()
+def budget(model, tokenizer, prompt: str, preset: dict, max_new_tokens: int) -> dict[str, float]:
+    """The forwards of one decode, by kind, with the kept tokens and the floor."""
+    overrides = {k: v for k, v in preset.items() if k != "mode"}
+    config = dllm_edit.EditGenerationConfig.from_mode(
+        preset["mode"], max_new_tokens=max_new_tokens, block_length=BLOCK, **overrides
+    )
+    ids = tokenizer(prompt, return_tensors="pt")["input_ids"]  # [1, P]
+    prompt_length = ids.shape[1]
+    out = generate(
+        model,
+        ids,
+        generation_config=config,
+        tokenizer=tokenizer,
+        return_dict_in_generate=True,
+        output_trace=True,
+    )
+    kept = round(float(out.tokens_per_forward[0] * out.num_forwards[0]))  # returned tokens incl. EOS
+    counts = {"draft, kept": 0, "draft, tail only": 0, "verify": 0}
+    blocks = set()
+    for step in out.trace:
+        if not bool(step.active[0]):
+            continue
+        blocks.add(step.block)
+        width = step.masked.shape[1]
+        slots = torch.arange(step.span_start, step.span_start + width)  # [S] canvas slots = positions
+        in_kept = (slots >= prompt_length) & (slots < prompt_length + kept)  # [S]
+        if not bool(step.masked[0].any()):
+            counts["verify"] += 1
+        elif bool((step.commit[0] & in_kept).any()):
+            counts["draft, kept"] += 1
+        else:
+            counts["draft, tail only"] += 1
+    forwards = sum(counts.values())
+    if forwards != int(out.num_forwards[0]):
+        raise RuntimeError(f"trace has {forwards} forwards, the output says {int(out.num_forwards[0])}")
+    return {
+        **counts,
+        "forwards": forwards,
+        "kept": kept,
+        "floor": 2 * len(blocks),
+        "edits": int(out.num_edits[0]),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=None, help="a checkpoint folder (default: the shipped model)")
+    parser.add_argument("--synthetic", type=int, default=100, help="held-out synthetic prompts")
+    parser.add_argument("--code", type=int, default=20, help="held-out functions")
+    args = parser.parse_args()
+    if args.model is None:
+        model, tokenizer = dllm_edit.load_default()
+    else:
+        from dllm_edit.cli.loading import load_model_and_tokenizer
+
+        model, tokenizer = load_model_and_tokenizer(args.model)
+        model.eval()
+    test = builtin_rows("dllm_edit:default_mix", "test")
+    tasks = {
+        "synthetic": ([r for r in test if r["kind"] == "synthetic"][: args.synthetic], 16),
+        "code": ([r for r in test if r["kind"] == "code"][: args.code], 64),
+    }
+    floors: dict[str, tuple[float, float, float]] = {}
+    columns = ["task", "preset", "forwards", "draft, kept", "draft, tail only", "verify", "kept tokens"]
+    print("| " + " | ".join([*columns, "TPF", "floor", "edits"]) + " |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for task, (rows, max_new_tokens) in tasks.items():
+        if not rows:
+            continue
+        mean_forwards, mean_floor = {}, {}
+        for name, preset in PRESETS.items():
+            runs = [budget(model, tokenizer, r["prompt"], preset, max_new_tokens) for r in rows]
+            mean = {k: statistics.fmean(run[k] for run in runs) for k in runs[0]}
+            tpf = statistics.fmean(run["kept"] / run["forwards"] for run in runs)
+            mean_forwards[name], mean_floor[name] = mean["forwards"], mean["floor"]
+            print(
+                f"| {task} | {name} | {mean['forwards']:.2f} | {mean['draft, kept']:.2f} | "
+                f"{mean['draft, tail only']:.2f} | {mean['verify']:.2f} | {mean['kept']:.2f} | "
+                f"{tpf:.2f} | {mean['floor']:.2f} | {sum(run['edits'] for run in runs)} |"
+            )
+        floors[task] = (mean_forwards["Q"], mean_floor["Q"], mean_forwards["S"])
+    print()
+    for task, (q, floor, s) in floors.items():
+        print(
+            f"{task}: Q spends {q:.2f} forwards a row, S {s:.2f} ({q / s:.2f}x fewer); no threshold can go "
+            f"below {floor:.2f} on these blocks, so no preset can reach more than {q / floor:.2f}x Q's TPF."
+        )
+
+
+if __name__ == "__main__":
+    main()
