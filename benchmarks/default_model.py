@@ -87,6 +87,9 @@ def main() -> None:
     )
     parser.add_argument("checkpoint")
     parser.add_argument("--train-seconds", type=float, default=None, help="wall time of the training run")
+    parser.add_argument(
+        "--train-note", default="", help="a sentence for the model card after the training time"
+    )
     parser.add_argument("--synthetic", type=int, default=400, help="held-out synthetic prompts")
     parser.add_argument("--code", type=int, default=100, help="held-out code prompts")
     parser.add_argument(
@@ -139,6 +142,7 @@ def main() -> None:
     tokenizer_config.write_text(json.dumps(fields, indent=2) + "\n")
     recipe = (Path(__file__).parents[1] / "examples" / "recipes" / "default_model.yaml").read_text()
     trained = f"{args.train_seconds / 60:.0f} minutes" if args.train_seconds else "not recorded"
+    note = f" {args.train_note}" if args.train_note else ""
     card = f"""---
 library_name: transformers
 tags: [dllm-edit, diffusion-lm, block-diffusion, editable-decoding]
@@ -150,7 +154,7 @@ A small block-causal diffusion language model shipped inside `dllm_edit` so that
 offline out of the box (`dllm_edit.load_default()`, `dllm-edit generate`). Llama architecture
 ({params / 1e6:.1f} M parameters, hidden {model.config.hidden_size}, {model.config.num_hidden_layers} layers,
 vocabulary {model.config.vocab_size}, byte-level BPE), decoding block-causally in blocks of {BLOCK}.
-It is a demonstration model: it was trained for {trained} on a 2-core CPU.
+It is a demonstration model: it was trained for {trained} on a 2-core CPU.{note}
 
 ## Data
 
