@@ -21,7 +21,7 @@ import torch
 from transformers import DynamicCache
 
 import dllm_edit
-from dllm_edit.adapters.base import forward_kwargs
+from dllm_edit.adapters.base import cache_argument
 
 
 @torch.no_grad()
@@ -33,8 +33,7 @@ def forward_seconds(model, batch: int, prefix: int, width: int, repeats: int, de
     new_ids = torch.randint(0, vocab, (batch, width), generator=generator).to(device)  # [B, width]
     positions = torch.arange(prefix, prefix + width, device=device).expand(batch, width)  # [B, width]
     cache = DynamicCache()
-    # transformers >= 5.2x names the cache argument `cache`, older versions `past_key_values`
-    cache_kwarg = {"cache" if "cache" in forward_kwargs(model) else "past_key_values": cache}
+    cache_kwarg = {cache_argument(model): cache}
     model(input_ids=past_ids, use_cache=True, **cache_kwarg)
     times = []
     for i in range(repeats + 2):  # two warm-up calls

@@ -82,6 +82,12 @@ def forward_kwargs(model: Any) -> set[str]:
     return set(params)
 
 
+def cache_argument(model: Any) -> str:
+    """The name under which `model.forward` takes its KV cache: `cache` (transformers >= 5.2x) or
+    `past_key_values` (older versions and remote code)."""
+    return "cache" if "cache" in forward_kwargs(model) else "past_key_values"
+
+
 def attn_implementation(model: Any) -> str | None:
     config = getattr(model, "config", None)
     return getattr(config, "_attn_implementation", None)

@@ -9,7 +9,14 @@ import torch
 from dllm_edit.layout import CanvasLayout
 
 from .attention import allowed_matrix, backend_mask
-from .base import ModelAdapter, attn_implementation, checked_forward, forward_kwargs, model_dtype
+from .base import (
+    ModelAdapter,
+    attn_implementation,
+    cache_argument,
+    checked_forward,
+    forward_kwargs,
+    model_dtype,
+)
 
 
 class BidirectionalAdapter(ModelAdapter):
@@ -121,7 +128,7 @@ class _ApproxCacheSession(_BidirectionalSession):
                 f"{type(model).__name__}.forward takes no KV cache argument, so the approximate prefix cache "
                 "cannot be used; use adapter='bidirectional' (or use_cache=False)."
             )
-        self.cache_kwarg = "cache" if "cache" in accepted else "past_key_values"
+        self.cache_kwarg = cache_argument(model)
         self.cache: Any = None
         self.block: int | None = None  # block whose prefix is cached
         self.prefix = 0  # cached slots [0, prefix)

@@ -9,7 +9,14 @@ import torch
 from dllm_edit.layout import CanvasLayout
 
 from .attention import allowed_matrix, backend_mask
-from .base import ModelAdapter, attn_implementation, forward_kwargs, model_dtype, output_logits
+from .base import (
+    ModelAdapter,
+    attn_implementation,
+    cache_argument,
+    forward_kwargs,
+    model_dtype,
+    output_logits,
+)
 from .cache import cached_length, crop_to
 
 
@@ -52,9 +59,7 @@ class _BlockCausalSession:
         accepted = forward_kwargs(model)
         self.pass_positions = "position_ids" in accepted or "kwargs" in accepted
         self.pass_logits_to_keep = "logits_to_keep" in accepted
-        # transformers >= 5.2x names the cache argument `cache`; older versions and remote code use
-        # `past_key_values`.
-        self.cache_kwarg = "cache" if "cache" in accepted else "past_key_values"
+        self.cache_kwarg = cache_argument(model)
         self.attn = attn_implementation(model)
         self.dtype = model_dtype(model)
         self.rows = torch.arange(
