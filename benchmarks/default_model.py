@@ -159,9 +159,9 @@ It is a demonstration model: it was trained for {trained} on a 2-core CPU.{note}
 ## Data
 
 Built by the recipe itself, nothing downloaded (`dllm_edit.data.builtin`, `dllm_edit:default_mix`):
-three verifiable synthetic task families (addition with carries, sorting, bracket completion; 5,000
-examples each) and the functions of the Python standard library (prompt = the `def` header,
-completion = the body), with whole modules held out for evaluation.
+three verifiable synthetic task families with answers of 2 to 10 tokens (sorting digits, reversing
+digits, closing brackets; 5,000 examples each) and the functions of the Python standard library
+(prompt = the `def` header, completion = the body), with whole modules held out for evaluation.
 
 ## Held-out results
 

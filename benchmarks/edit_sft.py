@@ -11,6 +11,8 @@ same initialisation, on the same synthetic tasks for the same number of steps, t
 - `m2t+t2t+stream` (`--variants`): the trainer's defaults, i.e. `m2t+t2t` where a quarter of the
   examples are an editing stream (nothing masked, random replacements only; `editing_stream_rate`).
   The other variants set `editing_stream_rate=0`, as when their table in docs/benchmarks.md was measured.
+- `m2t+t2t+stream+ctx` (`--variants`): the same, with half of the replacements copying another
+  token of the same response (`edit_noise_in_context=0.5`): plausible errors instead of uniform noise.
 
 Each checkpoint then decodes the held-out split (a different seed) with the Q preset, the S preset,
 and the S preset with editing off (`editing_threshold=None`, M2T at τ_mask = 0.5), reporting
@@ -44,6 +46,8 @@ VARIANTS = {
     "m2t+t2t+mtf": dict(mtf_turns=2, editing_stream_rate=0.0),
     # the trainer's default: a quarter of the examples unmasked, with random replacements only
     "m2t+t2t+stream": dict(),
+    # the same, half of the replacements copied from the response itself (plausible errors)
+    "m2t+t2t+stream+ctx": dict(edit_noise_in_context=0.5),
 }
 PRESETS = {
     "Q": dict(mode="quality"),

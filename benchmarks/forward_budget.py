@@ -18,6 +18,7 @@ TPF ratio a faster preset could reach against the slower one on the same rows.
 
     python benchmarks/forward_budget.py                      # 100 synthetic prompts, 20 functions
     python benchmarks/forward_budget.py --model runs/default-model --synthetic 40 --code 10
+    python benchmarks/forward_budget.py --by-length --code 0   # S / Q by family and answer length
 """
 
 from __future__ import annotations
@@ -89,6 +90,9 @@ def main() -> None:
     parser.add_argument("--model", default=None, help="a checkpoint folder (default: the shipped model)")
     parser.add_argument("--synthetic", type=int, default=100, help="held-out synthetic prompts")
     parser.add_argument("--code", type=int, default=20, help="held-out functions")
+    parser.add_argument(
+        "--by-length", action="store_true", help="also tabulate synthetic rows by family and answer length"
+    )
     args = parser.parse_args()
     if args.model is None:
         model, tokenizer = dllm_edit.load_default()
@@ -106,12 +110,15 @@ def main() -> None:
     columns = ["task", "preset", "forwards", "draft, kept", "draft, tail only", "verify", "kept tokens"]
     print("| " + " | ".join([*columns, "TPF", "floor", "edits"]) + " |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    synthetic_runs: dict[str, list[dict[str, float]]] = {}
     for task, (rows, max_new_tokens) in tasks.items():
         if not rows:
             continue
         mean_forwards, mean_floor = {}, {}
         for name, preset in PRESETS.items():
             runs = [budget(model, tokenizer, r["prompt"], preset, max_new_tokens) for r in rows]
+            if task == "synthetic":
+                synthetic_runs[name] = runs
             mean = {k: statistics.fmean(run[k] for run in runs) for k in runs[0]}
             tpf = statistics.fmean(run["kept"] / run["forwards"] for run in runs)
             mean_forwards[name], mean_floor[name] = mean["forwards"], mean["floor"]
@@ -126,6 +133,31 @@ def main() -> None:
         print(
             f"{task}: Q spends {q:.2f} forwards a row, S {s:.2f} ({q / s:.2f}x fewer); no threshold can go "
             f"below {floor:.2f} on these blocks, so no preset can reach more than {q / floor:.2f}x Q's TPF."
+        )
+    if args.by_length and synthetic_runs:
+        print_by_length(tasks["synthetic"][0], synthetic_runs, tokenizer)
+
+
+def print_by_length(rows: list[dict], runs: dict[str, list[dict[str, float]]], tokenizer) -> None:
+    """Q and S forwards and TPF grouped by family and by the answer's length in tokens (EOS excluded)."""
+    groups: dict[tuple[str, int], list[int]] = {}
+    for index, row in enumerate(rows):
+        length = len(tokenizer(row["completion"])["input_ids"])
+        for key in ((row["family"], length), ("all", length)):
+            groups.setdefault(key, []).append(index)
+    print("\n| family | answer tokens | rows | Q forwards | S forwards | TPF Q | TPF S | S / Q TPF |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for (family, length), indices in sorted(groups.items(), key=lambda item: (item[0][0] == "all", item[0])):
+        q = [runs["Q"][i] for i in indices]
+        s = [runs["S"][i] for i in indices]
+        tpf_q = statistics.fmean(run["kept"] / run["forwards"] for run in q)
+        tpf_s = statistics.fmean(run["kept"] / run["forwards"] for run in s)
+        forwards_q = statistics.fmean(run["forwards"] for run in q)
+        forwards_s = statistics.fmean(run["forwards"] for run in s)
+        print(
+            f"| {family} | {length} | {len(indices)} | {forwards_q:.2f} | {forwards_s:.2f} | "
+            f"{tpf_q:.2f} | {tpf_s:.2f} | "
+            f"{tpf_s / tpf_q:.2f} |"
         )
 
 

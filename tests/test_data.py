@@ -28,6 +28,8 @@ def test_synthetic_tasks_are_right_deterministic_and_split(family):
             assert answer == "".join(sorted(prompt[5:-1]))
         elif family == "reverse":
             assert answer == prompt[4:-1][::-1]
+        elif family == "reverse_digits":
+            assert prompt.startswith("mirror:") and answer == prompt[7:-1][::-1] and answer.isdigit()
         else:
             assert parses_brackets(prompt[6:] + answer)
 
@@ -97,3 +99,13 @@ def test_builtin_datasets_and_initial_model():
     again, _ = init_model("dllm_edit:init/tiny")
     assert all(a.equal(b) for a, b in zip(model.parameters(), again.parameters(), strict=True))
     assert model.config.vocab_size == len(tok) and model.config.mask_token_id == tok.mask_token_id
+
+
+def test_mixture_takes_a_difficulty_per_family():
+    rows = synthetic_mixture({"sort": 7, "brackets": 2}, 300)
+    assert [r["family"] for r in rows[:4]] == ["sort", "brackets", "sort", "brackets"]
+    sort_lengths = {len(r["completion"]) for r in rows if r["family"] == "sort"}
+    bracket_lengths = {len(r["completion"]) for r in rows if r["family"] == "brackets"}
+    assert sort_lengths == set(range(3, 11)) and bracket_lengths == set(range(2, 5))
+    # a family's stream does not depend on which other families exist or are mixed with it
+    assert [r for r in rows if r["family"] == "sort"] == synthetic_examples("sort", 300, difficulty=7)

@@ -148,6 +148,58 @@ def test_editing_stream_rate_matches_on_average():
         corrupt_response(ids, response, mask_token_id=MASK, vocab_size=VOCAB, editing_stream_rate=1.5)
 
 
+@given(
+    rows=st.lists(st.tuples(st.integers(1, 12), st.integers(0, 12)), min_size=1, max_size=4),
+    context_rate=st.floats(0, 1),
+    seed=st.integers(0, 2**16),
+)
+def test_in_context_replacements_copy_the_rows_own_ordinary_tokens(rows, context_rate, seed):
+    """Replacements from context are tokens of the same row's response, never special ones; the masks,
+    rates and kinds of every position are those drawn without it (it is drawn last)."""
+    width = max(p + r for p, r in rows)
+    ids, response, _ = _batch([p + r for p, r in rows], [p for p, _ in rows], width)
+    special = 3  # a special id (like the EOS padding of a response): never sampled, never copied
+    ids[:, -1] = special
+    kwargs = dict(mask_token_id=MASK, vocab_size=VOCAB, edit_rate=(0.0, 1.0), never_sample=(special,))
+    plain = corrupt_response(ids, response, generator=torch.Generator().manual_seed(seed), **kwargs)
+    mixed = corrupt_response(
+        ids, response, in_context_rate=context_rate, generator=torch.Generator().manual_seed(seed), **kwargs
+    )
+    assert torch.equal(mixed.masked, plain.masked) and torch.equal(mixed.mask_rate, plain.mask_rate)
+    assert not (mixed.replaced & ~response).any()
+    assert not ((mixed.noisy == special) & (ids != special)).any()  # special ids are never written
+    ordinary = response & (ids != special)
+    for row in range(ids.shape[0]):
+        own = set(ids[row][ordinary[row]].tolist())
+        copied = mixed.replaced[row] & (mixed.noisy[row] != plain.noisy[row])
+        assert set(mixed.noisy[row][copied].tolist()) <= own
+    if context_rate == 0:
+        assert torch.equal(mixed.noisy, plain.noisy)
+
+
+def test_in_context_replacements_are_plausible_on_average():
+    """With rate 1, every replacement in a digit-only response is another digit of that response."""
+    digits = torch.arange(10, 20)  # ten "digit" ids
+    gen = torch.Generator().manual_seed(0)
+    ids = digits[torch.randint(0, 10, (500, 16), generator=gen)]  # [500, 16]
+    response = torch.ones_like(ids, dtype=torch.bool)
+    response[:, :4] = False  # the prompt
+    c = corrupt_response(
+        ids,
+        response,
+        mask_token_id=MASK,
+        vocab_size=VOCAB,
+        mask_rate=(0.1, 0.1),
+        edit_rate=(0.3, 0.3),
+        in_context_rate=1.0,
+        generator=torch.Generator().manual_seed(1),
+    )
+    assert c.replaced.float().mean() > 0.15  # ~0.3 * 0.9 * (1 - P(copying the same digit)) of the response
+    assert torch.isin(c.noisy[c.replaced], digits).all()
+    with pytest.raises(ValueError, match="in_context_rate"):
+        corrupt_response(ids, response, mask_token_id=MASK, vocab_size=VOCAB, in_context_rate=2.0)
+
+
 @pytest.mark.parametrize(
     "bad", [dict(mask_rate=(-0.1, 0.5)), dict(mask_rate=(0.6, 0.5)), dict(edit_rate=(0, 1.5))]
 )

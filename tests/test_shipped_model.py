@@ -13,7 +13,7 @@ def test_loads_offline_and_decodes(monkeypatch):
     model, tokenizer = dllm_edit.load_default()
     assert model.config.model_type == "llama" and not model.training
     assert model.config.mask_token_id == tokenizer.mask_token_id  # found by generate without a tokenizer
-    ids = tokenizer(["def fibonacci(n):", "12+34="], return_tensors="pt", padding=True)
+    ids = tokenizer(["def fibonacci(n):", "mirror:4213="], return_tensors="pt", padding=True)
     out = dllm_edit.generate(
         model,
         ids["input_ids"],
@@ -55,10 +55,13 @@ def test_forward_budget_accounts_for_every_forward(monkeypatch, capsys):
         kinds = counts["draft, kept"] + counts["draft, tail only"] + counts["verify"]
         assert kinds == counts["forwards"] >= counts["floor"] >= 2
         assert counts["verify"] >= 1 and counts["draft, kept"] >= 1  # presets verify every block
-    monkeypatch.setattr("sys.argv", ["forward_budget.py", "--synthetic", "2", "--code", "1"])
+    argv = ["forward_budget.py", "--synthetic", "3", "--code", "1", "--by-length"]
+    monkeypatch.setattr("sys.argv", argv)
     runpy.run_path(str(script), run_name="__main__")
     out = capsys.readouterr().out
     assert out.count("| synthetic |") == 3 and "no preset can reach more than" in out
+    by_length = [line for line in out.splitlines() if line.startswith("| all |")]
+    assert by_length and sum(int(line.split("|")[3]) for line in by_length) == 3  # every row counted once
 
 
 def test_forward_cost_table(monkeypatch, capsys):

@@ -6,7 +6,12 @@ tokens (M2T) and an *editing* stream that recovers original tokens from random-n
 
 - **masked** with probability `t` (the example's, or the block's, mask rate, `t ~ U[t_min, t_max]`);
 - **replaced** by a random vocabulary token with probability `e` among the positions not masked
-  (`e ~ U[e_min, e_max]`, drawn like `t`);
+  (`e ~ U[e_min, e_max]`, drawn like `t`); with `in_context_rate > 0`, that fraction of the
+  replacements copies the token of another response position of the same example instead — a
+  *plausible* error (a digit for a digit, a bracket for a bracket, an identifier of the same
+  function), the kind parallel drafting makes. Uniform vocabulary noise is easy to spot by its type
+  alone, so a model trained only on it learns to keep any plausible token, and never edits its own
+  drafts (measured on the shipped model: docs/benchmarks.md);
 - **clean** otherwise (left as it is).
 
 With `editing_stream_rate > 0`, that fraction of the examples (or blocks) is an *editing-stream*
@@ -104,6 +109,7 @@ def corrupt_response(
     block_length: int | None = None,
     never_sample: Sequence[int] = (),
     editing_stream_rate: float = 0.0,
+    in_context_rate: float = 0.0,
     generator: torch.Generator | None = None,
 ) -> Corruption:
     """Mask and randomly replace response tokens (see the module docstring).
@@ -121,6 +127,9 @@ def corrupt_response(
             pass the tokenizer's special ids so noise looks like ordinary text).
         editing_stream_rate: probability that an example (or a block, with `block_length`) is
             corrupted by random replacements only, with nothing masked.
+        in_context_rate: fraction of the replacements that copy another response position's token
+            of the same example instead of a random vocabulary token (0 = uniform noise only). The
+            `never_sample` ids (e.g. the EOS padding of a response) are never copied.
         generator: source of all randomness (its device is where the noise is drawn).
 
     Returns:
@@ -142,6 +151,11 @@ def corrupt_response(
     """
     check_rate_range("mask_rate", *mask_rate)
     check_rate_range("edit_rate", *edit_rate)
+    if not 0.0 <= in_context_rate <= 1.0:
+        raise ValueError(
+            f"`in_context_rate` must lie in [0, 1], got {in_context_rate!r}: it is the fraction of random "
+            "replacements drawn from the example's own response tokens (e.g. 0.5)."
+        )
     if not 0.0 <= editing_stream_rate <= 1.0:
         raise ValueError(
             f"`editing_stream_rate` must lie in [0, 1], got {editing_stream_rate!r}: it is the fraction of "
@@ -173,8 +187,35 @@ def corrupt_response(
     if editing_stream_rate > 0:  # drawn last, so the other draws do not depend on it
         u = sample_rates(shape, 0.0, 1.0, block_length, generator)  # [B, T], constant per row / block
         masked = masked & ~(u < editing_stream_rate).to(device)
+    if in_context_rate > 0:  # drawn after everything else, so rate 0 reproduces the draws above exactly
+        from_context = torch.rand(shape, generator=generator, device=noise_device) < in_context_rate  # [B, T]
+        which = torch.rand(shape, generator=generator, device=noise_device).to(device)  # [B, T]
+        ordinary = response & ~torch.isin(input_ids, torch.tensor(sorted(excluded), device=device))  # [B, T]
+        context_tokens = _tokens_of_random_response_positions(input_ids, ordinary, which)  # [B, T]
+        from_context = from_context.to(device) & ordinary.any(dim=1, keepdim=True)  # [B, T]
+        random_tokens = torch.where(from_context, context_tokens, random_tokens)  # [B, T]
     replaced = response & ~masked & draw_edit.to(device) & (random_tokens != input_ids)  # [B, T]
 
     noisy = torch.where(replaced, random_tokens, input_ids)  # [B, T]
     noisy = noisy.masked_fill(masked, mask_token_id)  # [B, T]
     return Corruption(noisy=noisy, masked=masked, replaced=replaced, mask_rate=t.to(device))
+
+
+def _tokens_of_random_response_positions(
+    input_ids: torch.Tensor, response: torch.Tensor, uniform: torch.Tensor
+) -> torch.Tensor:
+    """For every position, the token at a response position of its row chosen by `uniform`.
+
+    Args:
+        input_ids: LongTensor `[B, T]`.
+        response: BoolTensor `[B, T]`.
+        uniform: FloatTensor `[B, T]` in [0, 1): picks the `floor(u * n_b)`-th response position of row b.
+
+
+    """
+    count = response.sum(dim=1, keepdim=True).clamp_min(1)  # [B, 1]
+    rank = (uniform * count).long().clamp_max(count - 1)  # [B, T] which response position, in order
+    # response positions first (in order), then the others: a stable sort on "is not response"
+    order = torch.sort((~response).to(torch.int8), dim=1, stable=True).indices  # [B, T]
+    source = order.gather(1, rank)  # [B, T] position of the chosen response token
+    return input_ids.gather(1, source)  # [B, T]

@@ -45,6 +45,9 @@ class EditSFTConfig(SFTConfig):
             token; default 1.0). `> 0` calibrates confidence on right tokens, which the T2T
             threshold rule needs; with editing noise on, 0 teaches the model that every visible
             token is suspect.
+        edit_noise_in_context (float): fraction of the random replacements that copy another token
+            of the same response instead of a uniform vocabulary token (default 0): plausible errors,
+            the kind a drafter makes, which uniform noise never shows the model.
         mtf_turns (int): forwards per example (default 1 = Multi-turn Forward off); `k > 1` adds
             `k - 1` turns, each on a draft built from the previous turn's detached argmax
             predictions, trained to recover the clean tokens.
@@ -113,6 +116,13 @@ class EditSFTConfig(SFTConfig):
     clean_loss_weight: float = field(
         default=1.0, metadata={"help": "λ_clean: weight of the term on positions already right."}
     )
+    edit_noise_in_context: float = field(
+        default=0.0,
+        metadata={
+            "help": "Fraction of random replacements that copy another token of the same response "
+            "(plausible errors) instead of a uniform vocabulary token; 0 = uniform noise only."
+        },
+    )
     mtf_turns: int = field(
         default=1, metadata={"help": "Forwards per example; 1 = Multi-turn Forward off, 2 = one extra turn."}
     )
@@ -153,6 +163,11 @@ class EditSFTConfig(SFTConfig):
             raise ValueError(
                 "`mask_rate_max` must be > 0: with no masked token the drafting stream (M2T) has nothing to "
                 f"learn, got {self.mask_rate_max!r}."
+            )
+        if not 0.0 <= self.edit_noise_in_context <= 1.0:
+            raise ValueError(
+                f"`edit_noise_in_context` must lie in [0, 1], got {self.edit_noise_in_context!r}: it is the "
+                "fraction of replacements drawn from the response's own tokens (e.g. 0.5)."
             )
         if not 0.0 <= self.mtf_fill_rate <= 1.0:
             raise ValueError(f"`mtf_fill_rate` must lie in [0, 1], got {self.mtf_fill_rate!r}.")

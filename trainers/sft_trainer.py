@@ -295,6 +295,7 @@ class EditSFTTrainer(SFTTrainer):
             block_length=args.block_length if args.noise_granularity == "block" else None,
             never_sample=self.never_sample,
             editing_stream_rate=args.editing_stream_rate,
+            in_context_rate=args.edit_noise_in_context,
             generator=generator,
         )
         forward = DiffusionForward(model, self.attention_form, args.block_length)

@@ -10,6 +10,7 @@ that editing has to repair.
 | `addition` | `"478+64="`     | `"542"`    |
 | `sort`     | `"sort:3141="`  | `"1134"`   |
 | `reverse`  | `"rev:abcd="`   | `"dcba"`   |
+| `reverse_digits` | `"mirror:4821="` | `"1284"` |
 | `brackets` | `"close:([{("`  | `")}])"`   |
 
 Held-out splits come from a different seed (`split="test"`), never from the training stream.
@@ -18,7 +19,7 @@ Held-out splits come from a different seed (`split="test"`), never from the trai
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 Example = dict[str, str]
 
@@ -42,6 +43,11 @@ def _reverse(rng: random.Random, max_digits: int) -> Example:
     return {"prompt": f"rev:{word}=", "completion": word[::-1]}
 
 
+def _reverse_digits(rng: random.Random, max_digits: int) -> Example:
+    digits = "".join(rng.choice("0123456789") for _ in range(rng.randint(3, max_digits + 3)))
+    return {"prompt": f"mirror:{digits}=", "completion": digits[::-1]}
+
+
 def _brackets(rng: random.Random, max_digits: int) -> Example:
     opened = "".join(rng.choice("([{") for _ in range(rng.randint(2, max_digits + 2)))
     return {"prompt": f"close:{opened}", "completion": "".join(_PAIRS[c] for c in reversed(opened))}
@@ -52,7 +58,11 @@ FAMILIES: dict[str, Callable[[random.Random, int], Example]] = {
     "sort": _sort,
     "reverse": _reverse,
     "brackets": _brackets,
+    "reverse_digits": _reverse_digits,  # a reversal BPE cannot merge: digits stay single tokens
 }
+
+# Each family's own generator stream; new families take the next number so old streams never move.
+_FAMILY_STREAM = {"addition": 0, "brackets": 1, "reverse": 2, "sort": 3, "reverse_digits": 4}
 
 # Seeds of the two splits: the held-out split never shares a generator stream with training.
 _SPLIT_SEED = {"train": 0, "test": 1_000_003}
@@ -64,7 +74,7 @@ def synthetic_examples(
     """`n` examples of one family (`{"prompt", "completion", "family"}` dicts).
 
     Args:
-        family: one of `FAMILIES` (`addition`, `sort`, `reverse`, `brackets`).
+        family: one of `FAMILIES` (`addition`, `sort`, `reverse`, `brackets`, `reverse_digits`).
         n: number of examples.
         split: `"train"` or `"test"` (a different seed stream).
         seed: base seed; the same arguments always give the same examples.
@@ -85,17 +95,36 @@ def synthetic_examples(
         raise ValueError(f"`split` must be 'train' or 'test', got {split!r}.")
     if n < 0 or difficulty < 1:
         raise ValueError(f"`n` must be >= 0 and `difficulty` >= 1, got n={n}, difficulty={difficulty}.")
-    family_index = sorted(FAMILIES).index(family)
-    rng = random.Random(_SPLIT_SEED[split] + 7919 * seed + 104_729 * family_index)
+    rng = random.Random(_SPLIT_SEED[split] + 7919 * seed + 104_729 * _FAMILY_STREAM[family])
     make = FAMILIES[family]
     return [{**make(rng, difficulty), "family": family} for _ in range(n)]
 
 
 def synthetic_mixture(
-    families: Sequence[str], n_per_family: int, *, split: str = "train", seed: int = 0, difficulty: int = 3
+    families: Sequence[str] | Mapping[str, int],
+    n_per_family: int,
+    *,
+    split: str = "train",
+    seed: int = 0,
+    difficulty: int = 3,
 ) -> list[Example]:
-    """Examples of several families, interleaved (see `synthetic_examples`)."""
+    """Examples of several families, interleaved (see `synthetic_examples`).
+
+    Args:
+        families: family names, or a mapping of family name to its own difficulty.
+        n_per_family: examples of each family.
+        split: `"train"` or `"test"`.
+        seed: base seed.
+        difficulty: the difficulty of the families given without one.
+
+    Examples:
+        >>> rows = synthetic_mixture({"sort": 7, "brackets": 3}, 2)
+        >>> [r["family"] for r in rows]
+        ['sort', 'brackets', 'sort', 'brackets']
+    """
+    levels = dict(families) if isinstance(families, Mapping) else dict.fromkeys(families, difficulty)
     per_family = [
-        synthetic_examples(f, n_per_family, split=split, seed=seed, difficulty=difficulty) for f in families
+        synthetic_examples(f, n_per_family, split=split, seed=seed, difficulty=level)
+        for f, level in levels.items()
     ]
     return [example for group in zip(*per_family, strict=True) for example in group]
