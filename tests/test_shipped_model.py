@@ -74,3 +74,22 @@ def test_forward_cost_table(monkeypatch, capsys):
     runpy.run_path(str(script), run_name="__main__")
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| 1 |")]
     assert len(rows) == 2 and rows[0].split("|")[4].strip() == "1.0"  # width 1 is its own unit
+
+
+def test_verify_confidence_scores_every_completion_position(monkeypatch, capsys):
+    """`benchmarks/verify_confidence.py` scores each completion position of the first block once."""
+    import runpy
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "verify_confidence.py"
+    namespace = runpy.run_path(str(script))
+    model, tokenizer = dllm_edit.load_default()
+    config = dllm_edit.EditGenerationConfig.from_mode("speedy", max_new_tokens=16, block_length=32)
+    row = {"prompt": "sort:9431=", "completion": "1349"}
+    scores = namespace["verify_step_scores"](model, tokenizer, row, config)
+    assert len(scores) == 5  # four digits and EOS, all inside the first block
+    assert all(0.0 <= prob <= 1.0 for _, prob, _ in scores)
+    monkeypatch.setattr("sys.argv", ["verify_confidence.py", "--prompts", "2", "--families", "sort"])
+    runpy.run_path(str(script), run_name="__main__")
+    out = capsys.readouterr().out
+    assert "| wrong |" in out and "| right |" in out
