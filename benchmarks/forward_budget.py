@@ -85,6 +85,11 @@ def budget(model, tokenizer, prompt: str, preset: dict, max_new_tokens: int) -> 
     }
 
 
+def mean_tpf(runs: list[dict[str, float]]) -> float:
+    """Mean over rows of kept tokens per forward (the paper's TPF, as `EditGenerationOutput` reports it)."""
+    return statistics.fmean(run["kept"] / run["forwards"] for run in runs)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=None, help="a checkpoint folder (default: the shipped model)")
@@ -120,7 +125,7 @@ def main() -> None:
             if task == "synthetic":
                 synthetic_runs[name] = runs
             mean = {k: statistics.fmean(run[k] for run in runs) for k in runs[0]}
-            tpf = statistics.fmean(run["kept"] / run["forwards"] for run in runs)
+            tpf = mean_tpf(runs)
             mean_forwards[name], mean_floor[name] = mean["forwards"], mean["floor"]
             print(
                 f"| {task} | {name} | {mean['forwards']:.2f} | {mean['draft, kept']:.2f} | "
@@ -150,14 +155,12 @@ def print_by_length(rows: list[dict], runs: dict[str, list[dict[str, float]]], t
     for (family, length), indices in sorted(groups.items(), key=lambda item: (item[0][0] == "all", item[0])):
         q = [runs["Q"][i] for i in indices]
         s = [runs["S"][i] for i in indices]
-        tpf_q = statistics.fmean(run["kept"] / run["forwards"] for run in q)
-        tpf_s = statistics.fmean(run["kept"] / run["forwards"] for run in s)
         forwards_q = statistics.fmean(run["forwards"] for run in q)
         forwards_s = statistics.fmean(run["forwards"] for run in s)
+        tpf_q, tpf_s = mean_tpf(q), mean_tpf(s)
         print(
             f"| {family} | {length} | {len(indices)} | {forwards_q:.2f} | {forwards_s:.2f} | "
-            f"{tpf_q:.2f} | {tpf_s:.2f} | "
-            f"{tpf_s / tpf_q:.2f} |"
+            f"{tpf_q:.2f} | {tpf_s:.2f} | {tpf_s / tpf_q:.2f} |"
         )
 
 

@@ -211,7 +211,9 @@ def _tokens_of_random_response_positions(
         response: BoolTensor `[B, T]`.
         uniform: FloatTensor `[B, T]` in [0, 1): picks the `floor(u * n_b)`-th response position of row b.
 
-
+    Returns:
+        LongTensor `[B, T]`; meaningless in a row with no `response` position (the caller keeps
+        uniform noise there).
     """
     count = response.sum(dim=1, keepdim=True).clamp_min(1)  # [B, 1]
     rank = (uniform * count).long().clamp_max(count - 1)  # [B, T] which response position, in order
