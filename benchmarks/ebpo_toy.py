@@ -36,6 +36,7 @@ BLOCK = 4
 COMMON = dict(
     report_to="none",
     save_strategy="no",
+    gradient_checkpointing=False,
     use_cpu=True,
     disable_tqdm=True,
     logging_steps=50,
