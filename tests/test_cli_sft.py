@@ -132,3 +132,16 @@ def test_ebpo_recipe_runs(tmp_path, tiny_model_dir):
         ]
     )
     assert status == 0 and (out / "adapter_config.json").is_file()
+
+
+def test_pinned_memory_is_off_without_an_accelerator(tmp_path, tiny_model_dir):
+    # TrainingArguments pins by default; without an accelerator torch pins nothing and warns on every
+    # DataLoader, so the CLI turns it off there (it stays on where it works)
+    from dllm_edit.cli.recipe import _has_accelerator, load_recipe
+    from dllm_edit.cli.sft import build_parser
+
+    data = tmp_path / "train.jsonl"
+    data.write_text(json.dumps({"prompt": "w2", "completion": " w3"}))
+    argv = ["--config", str(RECIPE), "--model_name_or_path", str(tiny_model_dir), "--dataset_name", str(data)]
+    loaded = load_recipe(build_parser(), [*argv, "--output_dir", str(tmp_path / "out")], "a file")
+    assert loaded.training_args.dataloader_pin_memory is _has_accelerator()

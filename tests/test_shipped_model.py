@@ -1,6 +1,7 @@
 """The small model shipped in the package: loads offline, decodes, is documented, stays small."""
 
 import json
+from pathlib import Path
 
 import torch
 
@@ -35,6 +36,13 @@ def test_files_are_small_and_carry_a_model_card():
     assert tokenizer_config["tokenizer_class"] == "PreTrainedTokenizerFast"
 
 
+def test_card_quotes_the_committed_recipe():
+    # the shipped weights are reproduced bit for bit from this recipe: the card must show it as it is
+    recipe = Path(__file__).parents[1] / "examples" / "recipes" / "default_model.yaml"
+    card = (dllm_edit.DEFAULT_MODEL_DIR / "README.md").read_text()
+    assert recipe.read_text() in card
+
+
 def test_cli_defaults_to_the_shipped_model(capsys):
     assert main(["generate", "def add(a, b):", "--max-new-tokens", "32", "--json"]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -45,7 +53,6 @@ def test_cli_defaults_to_the_shipped_model(capsys):
 def test_forward_budget_accounts_for_every_forward(monkeypatch, capsys):
     """`benchmarks/forward_budget.py` sorts each forward of a traced decode into exactly one kind."""
     import runpy
-    from pathlib import Path
 
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "forward_budget.py"
     namespace = runpy.run_path(str(script))
@@ -66,7 +73,6 @@ def test_forward_budget_accounts_for_every_forward(monkeypatch, capsys):
 
 def test_forward_cost_table(monkeypatch, capsys):
     import runpy
-    from pathlib import Path
 
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "forward_cost.py"
     argv = ["forward_cost.py", "--repeats", "1", "--batches", "1", "--widths", "1", "4", "--prefix", "8"]
@@ -79,7 +85,6 @@ def test_forward_cost_table(monkeypatch, capsys):
 def test_verify_confidence_scores_every_completion_position(monkeypatch, capsys):
     """`benchmarks/verify_confidence.py` scores each completion position of the first block once."""
     import runpy
-    from pathlib import Path
 
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "verify_confidence.py"
     namespace = runpy.run_path(str(script))

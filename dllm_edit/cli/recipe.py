@@ -31,6 +31,9 @@ def load_recipe(parser: Any, argv: Sequence[str], dataset_hint: str) -> Loaded:
     from .loading import load_dataset_arg, load_model_and_tokenizer
 
     script_args, training_args, model_args = parser.parse_args_and_config(args=list(argv))
+    if training_args.dataloader_pin_memory and not _has_accelerator():
+        # pinning needs an accelerator: without one torch pins nothing and warns on every DataLoader
+        training_args.dataloader_pin_memory = False
     if not script_args.dataset_name:
         raise ValueError(
             f"dataset_name is required: {dataset_hint}, a folder saved with Dataset.save_to_disk, or a Hub "
@@ -51,6 +54,15 @@ def load_recipe(parser: Any, argv: Sequence[str], dataset_hint: str) -> Loaded:
     return Loaded(
         script_args, training_args, model_args, model, tokenizer, train, get_peft_config(model_args)
     )
+
+
+def _has_accelerator() -> bool:
+    import torch
+
+    accelerator = getattr(torch, "accelerator", None)  # torch >= 2.6
+    if accelerator is not None:
+        return bool(accelerator.is_available())
+    return bool(torch.cuda.is_available())
 
 
 def train_and_save(trainer: Any, output_dir: str, resume_from_checkpoint: Any) -> int:
