@@ -57,7 +57,7 @@ def budget(model, tokenizer, prompt: str, preset: dict, max_new_tokens: int) -> 
         return_dict_in_generate=True,
         output_trace=True,
     )
-    kept = round(float(out.tokens_per_forward[0] * out.num_forwards[0]))  # returned tokens incl. EOS
+    kept = int(out.completion_lengths[0])  # returned tokens incl. EOS
     counts = {"draft, kept": 0, "draft, tail only": 0, "verify": 0}
     blocks = set()
     for step in out.trace:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import copy
 import difflib
+import logging
 from typing import Any
 
 from transformers import GenerationConfig
 
+from dllm_edit.config_fields import METADATA, REFUSED, is_off, refused_fields_set
 from dllm_edit.strategies import (
     MultiBlockEdit,
     QuotaUnmask,
@@ -60,6 +62,20 @@ _DEFAULTS: dict[str, Any] = {
     "output_trace": False,
 }
 _SAMPLING_ONLY = ("temperature", "top_k", "top_p")
+# Filters of the sampling distribution, with the value that means "off" (transformers' conventions).
+SAMPLING_FILTERS: dict[str, Any] = {
+    "top_k": 0,
+    "top_p": 1.0,
+    "min_p": 0.0,
+    "typical_p": 1.0,
+    "epsilon_cutoff": 0.0,
+    "eta_cutoff": 0.0,
+}
+# Inherited fields whose transformers 4.57 default is a real setting: our config starts them at None
+# so both transformers lines build (and save) the same config.
+_INHERITED_NONE = ("top_k", "top_p", "use_cache", "return_dict_in_generate")
+
+logger = logging.getLogger(__name__)
 
 
 class EditGenerationConfig(GenerationConfig):
@@ -83,12 +99,22 @@ class EditGenerationConfig(GenerationConfig):
         steps: None for LLaDA2.1 threshold decoding; an int selects the LLaDA2.0-style fixed-steps
             quota mode (`QuotaUnmask`) with `threshold` as its confidence threshold.
         eos_early_stop: stop a row once a finished block leaves its completion mask-free with an EOS.
-        temperature: 0 = greedy; > 0 samples (with `top_k` / `top_p` filtering).
-        top_k: top-k filter of the proposal distribution (None: off).
-        top_p: nucleus filter of the proposal distribution (None: off). Both filters also apply at
-            temperature 0: the argmax is unchanged but its probability (compared with the
-            thresholds) is then taken under the filtered, renormalised distribution.
+        temperature: 0 = greedy: the candidate is the argmax and its probability (compared with the
+            thresholds) is the full, unfiltered softmax, as in the reference decoder. > 0 samples.
+        do_sample: transformers' spelling of the same choice; it must agree with `temperature`
+            (`do_sample=True` alone means temperature 1.0, `do_sample=False` alone temperature 0).
+        top_k: top-k filter of the sampling distribution (None or 0: off). Sampling only: a filter
+            set at temperature 0 raises, so greedy probabilities are the same on every
+            transformers version (4.57's `GenerationConfig` defaults `top_k` to 50; ours to None).
+        top_p: nucleus filter of the sampling distribution (None or 1.0: off). Sampling only.
+        min_p, typical_p, epsilon_cutoff, eta_cutoff: transformers' sampling warpers, applied in
+            transformers' order after temperature, top-k and top-p. Sampling only.
+        repetition_penalty: transformers' repetition penalty over the visible canvas (None or 1.0:
+            off); for adjacent stutter in parallel drafts see `repeat_penalty`.
+        suppress_tokens: ids never proposed (transformers' `SuppressTokensLogitsProcessor`).
         use_cache: KV cache of finished blocks (None: the adapter's default; exact for block-causal).
+        return_dict_in_generate: the output type when a call does not say (None:
+            `dllm_edit.generate` returns an `EditGenerationOutput`, `model.generate` a tensor).
         multi_block_edit: enable Multi-Block Editing (off by default; see `MultiBlockEdit`).
         multi_block_window: finished blocks editable by MBE.
         multi_block_threshold: τ of MBE edits (None: `editing_threshold`, or 0.9 if that is None).
@@ -100,6 +126,10 @@ class EditGenerationConfig(GenerationConfig):
             max_post_steps`, None = no cap (the reference).
         repeat_penalty: adjacent-repeat (stutter) penalty λ; 0 = off, ~3 suggested for S mode.
         output_trace: record every step (`EditGenerationOutput.trace`); costs host copies.
+
+    Every other field inherited from `GenerationConfig` is either metadata or refused with a
+    `ValueError` when set (beam search, `max_length`, `stop_strings`, `no_repeat_ngram_size`,
+    ...): the full table, with the reason for each, is `dllm_edit.config_fields`.
 
     Examples:
         >>> from dllm_edit import EditGenerationConfig
@@ -131,11 +161,10 @@ class EditGenerationConfig(GenerationConfig):
     def __init__(self, **kwargs: Any) -> None:
         ours = {key: kwargs.pop(key, default) for key, default in _DEFAULTS.items()}
         kwargs.setdefault("max_new_tokens", 256)
-        kwargs.setdefault("temperature", 0.0)
-        kwargs.setdefault("use_cache", None)
-        temperature = kwargs["temperature"]
-        if isinstance(temperature, (int, float)) and not isinstance(temperature, bool):
-            kwargs["do_sample"] = temperature > 0
+        for key in _INHERITED_NONE:
+            kwargs.setdefault(key, None)
+        _reconcile_sampling(kwargs)
+        given = set(kwargs)
         for key, value in ours.items():
             setattr(self, key, value)
         self.threshold = _load_schedule(self.threshold)
@@ -146,6 +175,7 @@ class EditGenerationConfig(GenerationConfig):
                 s if isinstance(s, Strategy) else strategy_from_dict(s) for s in self.strategies
             ]
         super().__init__(**kwargs)
+        self._refuse_greedy_filters(given)
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -178,19 +208,97 @@ class EditGenerationConfig(GenerationConfig):
         new = copy.deepcopy(self)
         for key, value in fields.items():
             setattr(new, key, value)
-        if "temperature" in fields and "do_sample" not in fields:
-            new.do_sample = isinstance(new.temperature, (int, float)) and new.temperature > 0
+        if "temperature" in fields or "do_sample" in fields:
+            sampling = {key: fields[key] for key in ("temperature", "do_sample") if key in fields}
+            if "temperature" not in fields and fields["do_sample"] and _is_number(new.temperature):
+                sampling["temperature"] = new.temperature if new.temperature > 0 else None
+            _reconcile_sampling(sampling)
+            new.temperature, new.do_sample = sampling["temperature"], sampling["do_sample"]
         for key in ("threshold", "editing_threshold", "multi_block_threshold"):
             setattr(new, key, _load_schedule(getattr(new, key)))
         if new.strategies is not None:
             new.strategies = [s if isinstance(s, Strategy) else strategy_from_dict(s) for s in new.strategies]
         new.validate()
+        new._refuse_greedy_filters(set(fields))
         return new
 
     @classmethod
     def valid_fields(cls) -> set[str]:
         """Names accepted by `replace()` and `generate(**overrides)`: ours plus GenerationConfig's."""
         return set(_DEFAULTS) | set(GenerationConfig().__dict__) - {"transformers_version"}
+
+    @classmethod
+    def from_generation_config(
+        cls,
+        config: GenerationConfig,
+        base: EditGenerationConfig | None = None,
+        strict: bool = True,
+    ) -> EditGenerationConfig:
+        """An `EditGenerationConfig` from a plain `GenerationConfig` (a model's saved one, a trainer's).
+
+        Only the fields the plain config sets (its `to_diff_dict()`, so the transformers line's own
+        defaults never leak in) are laid over `base` (default: the Quality preset): our fields (a
+        `generation_config.json` saved by dllm_edit and loaded as a plain config keeps them) and
+        the honoured transformers fields. transformers' conventions hold: `do_sample=False` (or
+        unset) is greedy, whatever `temperature` says, and then the sampling-only filters are
+        dropped; `top_k=0` and `top_p=1.0` mean off.
+
+        Args:
+            config: the plain generation config.
+            base: the config its fields are laid over.
+            strict: raise on a refused field (beam search, `max_length` ...); False drops them with a
+                warning naming each (used for a model's own saved config, which the caller did not
+                write).
+
+        Raises:
+            ValueError: `strict` and a refused field is set.
+
+        Examples:
+            >>> from transformers import GenerationConfig
+            >>> plain = GenerationConfig(max_new_tokens=8, block_length=16, do_sample=True, temperature=0.7)
+            >>> cfg = EditGenerationConfig.from_generation_config(plain)
+            >>> cfg.block_length, cfg.temperature, cfg.max_new_tokens
+            (16, 0.7, 8)
+        """
+        if isinstance(config, EditGenerationConfig):
+            return config
+        base = base if base is not None else cls()
+        fields = {key: value for key, value in config.to_diff_dict().items() if key not in METADATA}
+        refused = {key: fields.pop(key) for key in list(fields) if key in REFUSED}
+        refused = {key: value for key, value in refused.items() if not is_off(key, value)}
+        if refused and strict:
+            reasons = "; ".join(f"`{key}`={value!r}: {REFUSED[key]}" for key, value in refused.items())
+            raise ValueError(
+                f"GenerationConfig field(s) with no meaning for diffusion decoding: {reasons}. Unset them, "
+                "or pass an EditGenerationConfig (see EditGenerationConfig.from_mode)."
+            )
+        if refused:
+            logger.warning(
+                "Ignoring the model's generation_config field(s) %s: they have no meaning for diffusion "
+                "decoding (see dllm_edit.config_fields).",
+                sorted(refused),
+            )
+        unknown = sorted(set(fields) - cls.valid_fields())
+        if unknown:
+            logger.warning("Ignoring unknown generation_config field(s) %s.", unknown)
+        updates = {key: value for key, value in fields.items() if key in cls.valid_fields()}
+        updates.pop("do_sample", None)
+        for key, off in SAMPLING_FILTERS.items():
+            if updates.get(key) == off:
+                updates[key] = None
+        if config.do_sample:
+            updates["temperature"] = float(config.temperature if config.temperature is not None else 1.0)
+        elif "do_sample" in fields or "temperature" in fields:
+            updates["temperature"] = 0.0  # transformers: not sampling means greedy
+        if not updates.get("temperature", base.temperature):
+            dropped = sorted(key for key in SAMPLING_FILTERS if updates.get(key) is not None)
+            if dropped:
+                logger.warning(
+                    "Greedy decoding (do_sample off): the sampling filter(s) %s do not apply.", dropped
+                )
+            for key in SAMPLING_FILTERS:
+                updates[key] = None
+        return base.replace(**updates) if updates else base
 
     # ------------------------------------------------------------------ validation
     def validate(self, strict: bool = False, user_set_attributes: set[str] | None = None) -> None:
@@ -235,13 +343,14 @@ class EditGenerationConfig(GenerationConfig):
             _check_int("mask_token_id", self.mask_token_id, minimum=0)
         if self.max_steps_per_block not in (None, "auto"):
             _check_int("max_steps_per_block", self.max_steps_per_block, minimum=1)
-        temperature = self.temperature if self.temperature is not None else 0.0
-        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature < 0:
-            raise ValueError(f"`temperature` must be a float >= 0 (0 = greedy), got {self.temperature!r}.")
-        if self.top_k is not None:
-            _check_int("top_k", self.top_k, minimum=1)
-        if self.top_p is not None and not (0.0 < float(self.top_p) <= 1.0):
-            raise ValueError(f"`top_p` must be in (0, 1], got {self.top_p!r}.")
+        self._validate_sampling()
+        refused = refused_fields_set(self)
+        if refused:
+            reasons = "; ".join(f"`{name}`={value!r}: {REFUSED[name]}" for name, value in refused.items())
+            raise ValueError(
+                f"Unsupported generation option(s) for diffusion decoding: {reasons}. Unset them "
+                "(the full table is dllm_edit.config_fields)."
+            )
         if not isinstance(self.repeat_penalty, (int, float)) or self.repeat_penalty < 0:
             raise ValueError(f"`repeat_penalty` must be a float >= 0 (0 = off), got {self.repeat_penalty!r}.")
         for key in ("eos_early_stop", "multi_block_edit", "suppress_mask_token", "output_trace"):
@@ -255,6 +364,68 @@ class EditGenerationConfig(GenerationConfig):
                     "`strategies` must contain an unmasking strategy (e.g. ThresholdUnmask): "
                     "otherwise masked positions are never filled."
                 )
+
+    def _validate_sampling(self) -> None:
+        temperature = self.temperature if self.temperature is not None else 0.0
+        if not _is_number(temperature) or temperature < 0:
+            raise ValueError(f"`temperature` must be a float >= 0 (0 = greedy), got {self.temperature!r}.")
+        if self.do_sample is not None and bool(self.do_sample) != (temperature > 0):
+            raise ValueError(
+                f"`do_sample`={self.do_sample!r} contradicts `temperature`={self.temperature!r}: "
+                "temperature 0 is greedy and > 0 samples. Set only `temperature` (do_sample follows it)."
+            )
+        if self.top_k is not None:
+            _check_int("top_k", self.top_k, minimum=0)
+        if self.top_p is not None and not (0.0 < float(self.top_p) <= 1.0):
+            raise ValueError(f"`top_p` must be in (0, 1], got {self.top_p!r}.")
+        if self.repetition_penalty is not None and (
+            not _is_number(self.repetition_penalty) or self.repetition_penalty <= 0
+        ):
+            raise ValueError(
+                f"`repetition_penalty` must be a float > 0 (1.0 = off), got {self.repetition_penalty!r}."
+            )
+
+    def check_max_length(self, prompt_width: int) -> None:
+        """Accept `max_length` only as transformers derives it: prompt width + `max_new_tokens`.
+
+        transformers' `model.generate` and pipelines set it from `max_new_tokens`; any other value
+        would ask for a different completion length than the canvas has, so it is refused.
+
+        Raises:
+            ValueError: `max_length` set to another value.
+        """
+        if is_off("max_length", self.max_length) or self.max_length == prompt_width + self.max_new_tokens:
+            return
+        raise ValueError(
+            f"`max_length`={self.max_length!r} is not used by diffusion decoding: the canvas holds the prompt "
+            f"({prompt_width} tokens) plus `max_new_tokens`={self.max_new_tokens}. Pass "
+            f"max_new_tokens={max(self.max_length - prompt_width, 1)} instead of max_length."
+        )
+
+    def _refuse_greedy_filters(self, given: set[str]) -> None:
+        """Refuse a sampling filter set at temperature 0 when this call set the filter or the temperature.
+
+        Not part of `validate()`: transformers' own `model.generate` fills `top_k=50` into every
+        config it prepares (5.x), and a filter transformers sets is not applied when greedy, as in
+        transformers. The proposer never filters at temperature 0 either way.
+        """
+        if self.temperature:
+            return
+        active = self.active_sampling_filters()
+        if active and given & (set(active) | {"temperature", "do_sample"}):
+            raise ValueError(
+                f"Sampling filter(s) {active} set at temperature 0: greedy decoding takes the argmax and its "
+                "full-softmax probability (the reference rule), so a filter there would only change the "
+                "probability compared with the thresholds. Unset them, or sample with temperature > 0."
+            )
+
+    def active_sampling_filters(self) -> dict[str, Any]:
+        """The sampling filters set to something other than "off" (e.g. `{"top_k": 20}`)."""
+        return {
+            key: getattr(self, key)
+            for key, off in SAMPLING_FILTERS.items()
+            if getattr(self, key, None) is not None and getattr(self, key) != off
+        }
 
     # ------------------------------------------------------------------ strategies
     def build_strategies(self) -> list[Strategy]:
@@ -310,6 +481,24 @@ class EditGenerationConfig(GenerationConfig):
         for key in _DEFAULTS:
             out[key] = full[key]
         return out
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _reconcile_sampling(fields: dict[str, Any]) -> None:
+    """Fill whichever of `temperature` / `do_sample` is missing from the other, in place.
+
+    Temperature 0 is greedy (the reference decoder's convention); `do_sample=True` alone means
+    temperature 1.0 (transformers' default). A contradiction is left for `validate` to refuse.
+    """
+    temperature, do_sample = fields.get("temperature"), fields.get("do_sample")
+    if temperature is None:
+        temperature = 1.0 if do_sample else 0.0
+    if do_sample is None and _is_number(temperature):
+        do_sample = temperature > 0
+    fields["temperature"], fields["do_sample"] = temperature, do_sample
 
 
 def _load_schedule(value: Any) -> Any:

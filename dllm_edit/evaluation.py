@@ -24,7 +24,7 @@ import torch
 from dllm_edit.config import EditGenerationConfig
 from dllm_edit.data.code_corpus import parses
 from dllm_edit.generation import generate
-from dllm_edit.output import EditGenerationOutput
+from dllm_edit.output import EditGenerationOutput, cut_after_first_eos
 
 EDITING = {"off": None, "Q (0.5)": 0.5, "S (0.0)": 0.0}
 
@@ -92,12 +92,10 @@ def decode_prompts(model: Any, tokenizer: Any, prompts: list[str], config: EditG
             or out.tokens_per_forward is None
         ):
             raise TypeError("generate did not return an EditGenerationOutput")
-        texts += tokenizer.batch_decode(
-            out.sequences[:, enc["input_ids"].shape[1] :], skip_special_tokens=True
-        )
+        texts += tokenizer.batch_decode(out.completions(enc["input_ids"].shape[1]), skip_special_tokens=True)
         tpf += out.tokens_per_forward.tolist()
-        if out.num_forwards is not None:
-            tokens += int((out.tokens_per_forward * out.num_forwards).sum())
+        if out.completion_lengths is not None:
+            tokens += int(out.completion_lengths.sum())
     seconds = time.perf_counter() - start
     return texts, statistics.fmean(tpf), tokens / seconds if seconds > 0 else float("inf")
 
@@ -184,8 +182,8 @@ def generate_autoregressive(
         )
         new = out[:, enc["input_ids"].shape[1] :]  # [B, ≤ max_new_tokens]
         # tokens written before (and including) each row's EOS; rows padded after finishing do not count
-        after_eos = (new == eos).long().cumsum(dim=1) - (new == eos).long()
-        tokens += int((after_eos == 0).sum())
+        _, lengths = cut_after_first_eos(new, torch.tensor([eos], device=new.device), pad=eos)
+        tokens += int(lengths.sum())
         texts += tokenizer.batch_decode(new, skip_special_tokens=True)
     seconds = time.perf_counter() - start
     return texts, tokens / seconds if seconds > 0 else float("inf")

@@ -19,28 +19,43 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from transformers import GenerationConfig
 
 from dllm_edit.adapters import ModelAdapter, resolve_adapter
 from dllm_edit.config import EditGenerationConfig
 from dllm_edit.inputs import check_input_ids, check_streamer
 from dllm_edit.layout import CanvasLayout, build_canvas
-from dllm_edit.output import EditGenerationOutput, StepRecord
+from dllm_edit.output import EditGenerationOutput, StepRecord, cut_after_first_eos
 from dllm_edit.proposer import Proposer
 from dllm_edit.special_tokens import SpecialTokens, resolve_special_tokens
 from dllm_edit.strategies import StepContext, StepResult, Strategy
 from dllm_edit.streaming import StreamBridge
 
 
+def model_generation_config(model: Any) -> EditGenerationConfig:
+    """The decoding config a model carries: its `generation_config` read as an `EditGenerationConfig`.
+
+    A config saved by dllm_edit (`block_length`, `threshold`, `editing_threshold`, `mask_token_id`,
+    ...) decodes with its saved values even when transformers loaded it as a plain
+    `GenerationConfig` (as `from_pretrained` does); the honoured transformers fields it sets
+    (EOS / pad ids, sampling) carry over; fields with no meaning for diffusion decoding (a model's
+    `max_length`, beam settings) are dropped with a warning naming them. No config: the defaults.
+    """
+    model_gen = getattr(model, "generation_config", None)
+    if isinstance(model_gen, EditGenerationConfig):
+        return model_gen
+    if isinstance(model_gen, GenerationConfig):
+        return EditGenerationConfig.from_generation_config(model_gen, strict=False)
+    return EditGenerationConfig()
+
+
 def resolve_config(
     model: Any, generation_config: EditGenerationConfig | None, overrides: dict[str, Any]
 ) -> EditGenerationConfig:
-    """The config of this call: the passed one, else the model's (if it is ours), else the defaults;
-    then `overrides` through one `replace()` (unknown keys raise)."""
+    """The config of this call: the passed one, else the model's (`model_generation_config`); then
+    `overrides` through one `replace()` (unknown keys raise)."""
     if generation_config is None:
-        model_gen = getattr(model, "generation_config", None)
-        generation_config = (
-            model_gen if isinstance(model_gen, EditGenerationConfig) else EditGenerationConfig()
-        )
+        generation_config = model_generation_config(model)
     elif not isinstance(generation_config, EditGenerationConfig):
         raise TypeError(
             "`generation_config` must be an EditGenerationConfig "
@@ -96,13 +111,7 @@ def _finalize(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sequences `[B, W + G]` (cut after the first EOS, padded) and completion lengths `[B]`."""
     completion = canvas.gather(1, layout.output_index)  # [B, G]
-    if special.eos:
-        is_eos = torch.isin(completion, special.eos_tensor(canvas.device))  # [B, G]
-        after_first = (is_eos.long().cumsum(-1) - is_eos.long()) > 0  # [B, G] strictly after the first EOS
-        completion = completion.masked_fill(after_first, special.pad)
-        lengths = (~after_first).sum(-1)  # [B]
-    else:
-        lengths = torch.full((canvas.shape[0],), completion.shape[1], device=canvas.device)
+    completion, lengths = cut_after_first_eos(completion, special.eos_tensor(canvas.device), special.pad)
     return torch.cat([input_ids, completion], dim=1), lengths
 
 
@@ -128,7 +137,7 @@ def generate(
     streamer: Any = None,
     logits_processor: Any = None,
     generator: torch.Generator | None = None,
-    return_dict_in_generate: bool = True,
+    return_dict_in_generate: bool | None = None,
     tokenizer: Any = None,
     **overrides: Any,
 ) -> EditGenerationOutput | torch.Tensor:
@@ -140,7 +149,8 @@ def generate(
         input_ids: LongTensor `[B, W]`, left-padded prompts.
         attention_mask: `[B, W]` with 0 on left padding (None: no padding).
         generation_config: an `EditGenerationConfig`; default: the model's generation config
-            if it is one, else the Quality preset.
+            (`model_generation_config`: a saved dllm_edit config is read even when transformers
+            loaded it as a plain `GenerationConfig`), else the Quality preset.
         adapter: `"block_causal"`, `"bidirectional"`, `"shifted"`, `"masked_lm"` (or a third-party
             name), a `ModelAdapter`, or None to detect from the model.
         streamer: a transformers streamer (batch size 1): `put()` receives the prompt, then each block's
@@ -148,7 +158,8 @@ def generate(
         logits_processor: a transformers `LogitsProcessorList` (or callable) applied to `[B*S, V]`
             scores, with the visible canvas as `input_ids`.
         generator: torch.Generator for sampling (temperature > 0).
-        return_dict_in_generate: return an `EditGenerationOutput` (True) or just `sequences`.
+        return_dict_in_generate: return an `EditGenerationOutput` (True) or just `sequences`; None:
+            the config's `return_dict_in_generate` when set, else True.
         tokenizer: optional tokenizer, a source of the mask / EOS / pad ids when neither config has them.
         **overrides: fields of the config, applied through `generation_config.replace(...)`.
 
@@ -172,6 +183,7 @@ def generate(
     """
     config = resolve_config(model, generation_config, overrides)
     input_ids, attention_mask = check_input_ids(input_ids, attention_mask)
+    config.check_max_length(input_ids.shape[1])
     check_streamer(streamer, input_ids.shape[0])
     special = resolve_special_tokens(model, config, tokenizer)
     adapter_obj = resolve_adapter(model, adapter)
@@ -186,7 +198,7 @@ def generate(
     stream = StreamBridge(streamer, layout, special)
     try:
         stream.prompt(input_ids)
-        propose = Proposer(config, special, logits_processor, generator)
+        propose = Proposer(config, special, logits_processor, generator, device=input_ids.device)
         num_forwards, num_edits, trace = _decode(
             model, adapter_obj, config, strategies, layout, canvas, special, use_cache, stream, propose
         )
@@ -194,6 +206,8 @@ def generate(
         stream.close()  # streamers are always ended, also when decoding raises
 
     sequences, lengths = _finalize(canvas, input_ids, layout, special)
+    if return_dict_in_generate is None:
+        return_dict_in_generate = config.return_dict_in_generate is not False
     if not return_dict_in_generate:
         return sequences
     tpf = lengths.to(torch.float32) / num_forwards.clamp_min(1).to(torch.float32)
@@ -202,6 +216,7 @@ def generate(
         tokens_per_forward=tpf,
         num_forwards=num_forwards,
         num_edits=num_edits,
+        completion_lengths=lengths,
         trace=trace,
     )
 

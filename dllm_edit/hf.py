@@ -24,7 +24,7 @@ import torch
 from transformers import GenerationConfig
 
 from dllm_edit.config import EditGenerationConfig
-from dllm_edit.generation import generate
+from dllm_edit.generation import generate, model_generation_config
 from dllm_edit.output import EditGenerationOutput
 
 CUSTOM_GENERATE_DIR = str(Path(__file__).parent / "hub")
@@ -102,107 +102,44 @@ def _apply_processor_list(processors: list[Any]) -> Any:
     return apply
 
 
-# Plain GenerationConfig fields: carried into the EditGenerationConfig, turned into processors, or
-# harmless for diffusion decoding; any other non-default field is refused (never silently ignored).
-_CARRIED = ("max_new_tokens", "eos_token_id", "pad_token_id", "mask_token_id", "top_k", "top_p", "use_cache")
-_HARMLESS = {
-    "disable_compile",
-    "transformers_version",
-    "bos_token_id",
-    "decoder_start_token_id",
-    "max_length",
-    "do_sample",
-    "temperature",
-    "return_dict_in_generate",
-    "_from_model_config",
+# Processors transformers builds from a config's fields before calling `custom_generate`; the
+# decoder applies those fields itself (the Proposer), so these are dropped when the config sets them.
+_CONFIG_PROCESSORS = {
+    "RepetitionPenaltyLogitsProcessor": "repetition_penalty",
+    "SuppressTokensLogitsProcessor": "suppress_tokens",
+    "MinPLogitsWarper": "min_p",
+    "TypicalLogitsWarper": "typical_p",
+    "EpsilonLogitsWarper": "epsilon_cutoff",
+    "EtaLogitsWarper": "eta_cutoff",
 }
 
 
-def _field_processors(config: GenerationConfig, fields: dict[str, Any]) -> list[Any]:
-    """transformers processors for the plain-config fields that are meaningful in parallel decoding."""
-    from transformers import (
-        EpsilonLogitsWarper,
-        EtaLogitsWarper,
-        MinPLogitsWarper,
-        RepetitionPenaltyLogitsProcessor,
-        SuppressTokensLogitsProcessor,
-        TypicalLogitsWarper,
-    )
-
-    out: list[Any] = []
-    if fields.get("repetition_penalty") not in (None, 1.0):
-        out.append(RepetitionPenaltyLogitsProcessor(penalty=float(fields["repetition_penalty"])))
-    if fields.get("suppress_tokens"):
-        out.append(SuppressTokensLogitsProcessor(fields["suppress_tokens"]))
-    if config.do_sample:  # sampling-only filters, as in transformers
-        if fields.get("min_p") is not None:
-            out.append(MinPLogitsWarper(min_p=float(fields["min_p"])))
-        if fields.get("typical_p") not in (None, 1.0):
-            out.append(TypicalLogitsWarper(mass=float(fields["typical_p"])))
-        if fields.get("epsilon_cutoff") not in (None, 0.0):
-            out.append(EpsilonLogitsWarper(epsilon=float(fields["epsilon_cutoff"])))
-        if fields.get("eta_cutoff") not in (None, 0.0):
-            out.append(EtaLogitsWarper(epsilon=float(fields["eta_cutoff"]), device="cpu"))
-    return out
+def _drop_config_processors(processors: list[Any] | None, config: EditGenerationConfig) -> list[Any] | None:
+    """Drop the processors transformers built from `config`'s fields (the decoder applies them)."""
+    if not processors:
+        return processors
+    kept = []
+    for proc in processors:
+        field = _CONFIG_PROCESSORS.get(type(proc).__name__)
+        if field is not None and getattr(config, field, None) is not None:
+            continue
+        kept.append(proc)
+    return kept or None
 
 
-_AS_PROCESSORS = {
-    "repetition_penalty",
-    "suppress_tokens",
-    "min_p",
-    "typical_p",
-    "epsilon_cutoff",
-    "eta_cutoff",
-}
-
-
-def to_edit_config(
-    model: Any, generation_config: GenerationConfig | None
-) -> tuple[EditGenerationConfig, list[Any]]:
-    """The `EditGenerationConfig` (and extra logits processors) for a call made with transformers
-    conventions.
+def to_edit_config(model: Any, generation_config: GenerationConfig | None) -> EditGenerationConfig:
+    """The `EditGenerationConfig` for a call made with transformers conventions.
 
     An `EditGenerationConfig` is used as is. A plain `GenerationConfig` (e.g. one built by a trainer)
-    is laid over the model's editable config (or the defaults): its length, special-token, top-k /
-    top-p and cache fields carry over; `do_sample=False` means greedy (temperature 0),
-    `do_sample=True` samples at its `temperature`; repetition penalty, suppressed tokens and the
-    min-p / typical / epsilon / eta filters become logits processors.
-
-    Raises:
-        ValueError: a plain config with only `max_length` (the canvas needs `max_new_tokens`), or
-            with fields that have no meaning for diffusion decoding (beam search, length penalties...).
+    is laid over the model's editable config (`EditGenerationConfig.from_generation_config`, strict:
+    a field with no meaning for diffusion decoding raises).
     """
     if isinstance(generation_config, EditGenerationConfig):
-        return generation_config, []
-    base = getattr(model, "generation_config", None)
-    base = base if isinstance(base, EditGenerationConfig) else EditGenerationConfig()
+        return generation_config
+    base = model_generation_config(model)
     if generation_config is None:
-        return base, []
-    fields = generation_config.to_diff_dict()
-    unsupported = sorted(set(fields) - set(_CARRIED) - _HARMLESS - _AS_PROCESSORS)
-    if unsupported:
-        raise ValueError(
-            f"GenerationConfig fields {unsupported} have no meaning for diffusion decoding. Unset them, or "
-            "pass an EditGenerationConfig (see dllm_edit.EditGenerationConfig.from_mode)."
-        )
-    if fields.get("max_length") is not None and fields.get("max_new_tokens") is None:
-        raise ValueError(
-            "Diffusion decoding needs `max_new_tokens` (the canvas size); got only `max_length`. "
-            "Pass max_new_tokens=..."
-        )
-    updates: dict[str, Any] = {key: fields[key] for key in _CARRIED if fields.get(key) is not None}
-    # transformers' "off" values for the filters
-    if updates.get("top_k") == 0:
-        updates["top_k"] = None
-    if updates.get("top_p") == 1.0:
-        updates["top_p"] = None
-    if generation_config.do_sample:
-        updates["temperature"] = float(generation_config.temperature or 1.0)
-    elif "do_sample" in fields or "temperature" in fields:
-        updates["temperature"] = 0.0
-        updates["top_k"] = updates["top_p"] = None
-    config = base.replace(**updates) if updates else base
-    return config, _field_processors(generation_config, fields)
+        return base
+    return EditGenerationConfig.from_generation_config(generation_config, base=base)
 
 
 def generate_hf(
@@ -261,12 +198,12 @@ def generate_hf(
     drop_warpers = bool(kwargs.pop("_drop_config_warpers", False))
     if "use_cache" in kwargs and kwargs["use_cache"] is None:
         del kwargs["use_cache"]  # transformers' "unset"; the adapter's default applies
-    config, field_processors = to_edit_config(model, generation_config)
+    config = to_edit_config(model, generation_config)
     if return_dict is None:
         return_dict = bool(config.return_dict_in_generate)
     processors = check_logits_processors(logits_processor, drop_config_warpers=drop_warpers)
-    if not drop_warpers:  # on the custom_generate path transformers already built these from the config
-        processors = (processors or []) + field_processors
+    if drop_warpers:  # the custom_generate path: transformers built these from the config's fields
+        processors = _drop_config_processors(processors, config)
     return generate(
         model,
         input_ids,
@@ -326,8 +263,9 @@ def patch_generate(
 
     Args:
         model: a model instance (its class is not changed).
-        generation_config: becomes `model.generation_config`; default: the model's own if it is an
-            `EditGenerationConfig`, else the Quality preset carrying over the model's EOS / pad / mask ids.
+        generation_config: becomes `model.generation_config`; default: the model's own, read with
+            `dllm_edit.generation.model_generation_config` (its dllm_edit fields and honoured
+            transformers fields over the Quality preset).
         adapter: adapter name or object used by every call (default: auto-detection).
 
     Examples:
@@ -342,16 +280,7 @@ def patch_generate(
         torch.Size([1, 8])
     """
     if generation_config is None:
-        current = getattr(model, "generation_config", None)
-        if isinstance(current, EditGenerationConfig):
-            generation_config = current
-        else:
-            ids = {}
-            for key in ("eos_token_id", "pad_token_id", "mask_token_id"):
-                value = getattr(current, key, None) if current is not None else None
-                if value is not None:
-                    ids[key] = value
-            generation_config = EditGenerationConfig(**ids)
+        generation_config = model_generation_config(model)
     elif not isinstance(generation_config, EditGenerationConfig):
         raise TypeError(
             f"`generation_config` must be an EditGenerationConfig, got {type(generation_config).__name__}."

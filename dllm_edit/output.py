@@ -10,6 +10,30 @@ import torch
 from transformers.utils import ModelOutput
 
 
+def cut_after_first_eos(
+    completion: torch.Tensor, eos: torch.Tensor, pad: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The one rule for where a completion ends: after its first EOS (inclusive).
+
+    Args:
+        completion: LongTensor `[B, G]` of generated tokens.
+        eos: LongTensor `[E]` of EOS ids (empty: no cut).
+        pad: the id written after the first EOS.
+
+    Returns:
+        `(completion, lengths)`: `[B, G]` with every token after the first EOS set to `pad`, and
+        LongTensor `[B]` of tokens up to and including the first EOS (`G` for a row without one).
+
+    Examples:
+        >>> import torch
+        >>> cut_after_first_eos(torch.tensor([[4, 2, 5, 2]]), torch.tensor([2]), pad=0)
+        (tensor([[4, 2, 0, 0]]), tensor([2]))
+    """
+    is_eos = torch.isin(completion, eos)  # [B, G]
+    after_first = (is_eos.long().cumsum(-1) - is_eos.long()) > 0  # [B, G] strictly after the first EOS
+    return completion.masked_fill(after_first, pad), (~after_first).sum(-1)
+
+
 @dataclass(frozen=True)
 class StepRecord:
     """One decoding step, recorded when `output_trace=True` (tensors on the CPU).
@@ -56,6 +80,9 @@ class EditGenerationOutput(ModelOutput):
             the paper's throughput measure (output tokens per model call).
         num_forwards: LongTensor `[B]`: model forwards spent on the row (finished rows stop counting).
         num_edits: LongTensor `[B]`: T2T (and multi-block) rewrites made in the row.
+        completion_lengths: LongTensor `[B]`: tokens of the row's completion up to and including its
+            first EOS (all `G` when it has none): `sequences[i, W : W + completion_lengths[i]]` is
+            the completion; everything after it is padding.
         trace: list of `StepRecord`, one per step, when `output_trace=True`.
     """
 
@@ -63,7 +90,22 @@ class EditGenerationOutput(ModelOutput):
     tokens_per_forward: torch.Tensor | None = None
     num_forwards: torch.Tensor | None = None
     num_edits: torch.Tensor | None = None
+    completion_lengths: torch.Tensor | None = None
     trace: list[StepRecord] | None = None
+
+    def completions(self, prompt_width: int) -> list[list[int]]:
+        """Each row's completion ids, up to and including its first EOS (`[B]` lists).
+
+        Args:
+            prompt_width: `W`, the width of the (left-padded) `input_ids` passed to `generate`.
+
+        Raises:
+            ValueError: when the output has no `sequences` / `completion_lengths`.
+        """
+        if self.sequences is None or self.completion_lengths is None:
+            raise ValueError("This output has no sequences / completion_lengths (decode with generate()).")
+        rows = self.sequences[:, prompt_width:].tolist()
+        return [row[:n] for row, n in zip(rows, self.completion_lengths.tolist(), strict=True)]
 
     def trace_to_json(self, path: str | None = None) -> str:
         """The trace as JSON (one object per step, plus per-row totals); written to `path` if given.

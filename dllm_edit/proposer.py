@@ -1,8 +1,11 @@
 """The proposer: logits of a span -> a candidate token and its probability at every position.
 
-It applies, in order, the adjacent-repeat (stutter) penalty, the user's transformers logits
-processors, then the candidate kernel (temperature, top-k / top-p, mask-token suppression). The
-kernel never keeps a `[B, S, V]` softmax alive.
+It applies, in order, the adjacent-repeat (stutter) penalty, the processors the config asks for
+(transformers' repetition penalty and token suppression), the user's transformers logits
+processors, then the candidate kernel (temperature, top-k / top-p, mask-token suppression). When
+the config sets one of transformers' other sampling warpers (min-p, typical, epsilon, eta), the
+logits are scaled by the temperature and filtered in transformers' order (top-k, top-p, then those)
+before the kernel samples at temperature 1. The kernel never keeps a `[B, S, V]` softmax alive.
 """
 
 from __future__ import annotations
@@ -10,11 +13,54 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from transformers import (
+    EpsilonLogitsWarper,
+    EtaLogitsWarper,
+    MinPLogitsWarper,
+    RepetitionPenaltyLogitsProcessor,
+    SuppressTokensLogitsProcessor,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+    TypicalLogitsWarper,
+)
 
 from dllm_edit.config import EditGenerationConfig
 from dllm_edit.kernels import candidates
 from dllm_edit.special_tokens import SpecialTokens
 from dllm_edit.strategies import AdjacentRepeatPenalty
+
+
+def config_processors(config: EditGenerationConfig, device: torch.device | str = "cpu") -> list[Any]:
+    """transformers processors for the config's `repetition_penalty` and `suppress_tokens` (raw logits)."""
+    out: list[Any] = []
+    if config.repetition_penalty not in (None, 1.0):
+        out.append(RepetitionPenaltyLogitsProcessor(penalty=float(config.repetition_penalty)))
+    if config.suppress_tokens:
+        out.append(SuppressTokensLogitsProcessor(list(config.suppress_tokens), device=str(device)))
+    return out
+
+
+def sampling_warpers(filters: dict[str, Any], device: torch.device | str = "cpu") -> list[Any]:
+    """transformers' warpers, in transformers' order, when a filter beyond top-k / top-p is set.
+
+    Empty when only top-k / top-p (or nothing) is set: the candidate kernel applies those itself.
+    """
+    if not set(filters) - {"top_k", "top_p"}:
+        return []
+    out: list[Any] = []
+    if "top_k" in filters:
+        out.append(TopKLogitsWarper(top_k=int(filters["top_k"])))
+    if "top_p" in filters:
+        out.append(TopPLogitsWarper(top_p=float(filters["top_p"])))
+    if "min_p" in filters:
+        out.append(MinPLogitsWarper(min_p=float(filters["min_p"])))
+    if "typical_p" in filters:
+        out.append(TypicalLogitsWarper(mass=float(filters["typical_p"])))
+    if "epsilon_cutoff" in filters:
+        out.append(EpsilonLogitsWarper(epsilon=float(filters["epsilon_cutoff"])))
+    if "eta_cutoff" in filters:
+        out.append(EtaLogitsWarper(epsilon=float(filters["eta_cutoff"]), device=str(device)))
+    return out
 
 
 class Proposer:
@@ -25,6 +71,7 @@ class Proposer:
         special: resolved special token ids.
         logits_processor: transformers `LogitsProcessorList` (or callable), or None.
         generator: torch.Generator for sampling.
+        device: where the logits live (transformers' suppress / eta processors keep tensors there).
     """
 
     def __init__(
@@ -33,15 +80,23 @@ class Proposer:
         special: SpecialTokens,
         logits_processor: Any = None,
         generator: torch.Generator | None = None,
+        device: torch.device | str = "cpu",
     ) -> None:
         self.mask = special.mask
         self.temperature = float(config.temperature or 0.0)
-        self.top_k = config.top_k
-        self.top_p = config.top_p
+        # greedy: the argmax and its full-softmax probability, whatever filters a config inherited
+        filters = config.active_sampling_filters() if self.temperature > 0 else {}
+        self.warpers = sampling_warpers(filters, device)
+        # with transformers' warpers the kernel only samples; else it applies top-k / top-p itself
+        self.top_k = None if self.warpers else filters.get("top_k")
+        self.top_p = None if self.warpers else filters.get("top_p")
         self.generator = generator
         self.suppress = (special.mask,) if config.suppress_mask_token else ()
         self.stutter = AdjacentRepeatPenalty(config.repeat_penalty) if config.repeat_penalty > 0 else None
-        self.processors = logits_processor
+        self.processors = [
+            *config_processors(config, device),
+            *([logits_processor] if logits_processor else []),
+        ]
 
     def __call__(
         self, logits: torch.Tensor, canvas: torch.Tensor, span: slice
@@ -62,13 +117,23 @@ class Proposer:
                 canvas[:, span.start - 1] if span.start > 0 else torch.full_like(tokens[:, 0], self.mask)
             )  # [B]
             logits = self.stutter(logits, tokens, left, self.mask)  # [B, S, V]
-        if self.processors is not None:
+        if self.processors:
             batch, width, vocab = logits.shape
             ids = canvas[:, : span.stop].repeat_interleave(width, dim=0)  # [B*S, stop]
-            logits = self.processors(ids, logits.reshape(batch * width, vocab)).reshape(batch, width, vocab)
+            flat = logits.reshape(batch * width, vocab)  # [B*S, V]
+            for processor in self.processors:
+                flat = processor(ids, flat)
+            logits = flat.reshape(batch, width, vocab)  # [B, S, V]
+        temperature = self.temperature
+        if self.warpers:
+            batch, width, vocab = logits.shape
+            flat = logits.reshape(batch * width, vocab) / temperature  # [B*S, V]
+            for warper in self.warpers:
+                flat = warper(None, flat)
+            logits, temperature = flat.reshape(batch, width, vocab), 1.0  # [B, S, V], already scaled
         return candidates(
             logits,
-            temperature=self.temperature,
+            temperature=temperature,
             top_k=self.top_k,
             top_p=self.top_p,
             generator=self.generator,

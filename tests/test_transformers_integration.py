@@ -53,7 +53,7 @@ def test_plain_generation_config_is_converted(model):
     plain = GenerationConfig(max_new_tokens=5, do_sample=False)
     assert model.generate(torch.tensor([[5, 6, 7]]), generation_config=plain).shape == (1, 8)
     with pytest.raises(ValueError, match="max_new_tokens"):
-        model.generate(torch.tensor([[5, 6, 7]]), generation_config=GenerationConfig(max_length=20))
+        model.generate(torch.tensor([[5, 6, 7]]), generation_config=GenerationConfig(max_length=30))
     # fields without meaning for parallel decoding are refused, not ignored
     with pytest.raises(ValueError, match="length_penalty"):
         model.generate(

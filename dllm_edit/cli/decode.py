@@ -157,15 +157,12 @@ class Session:
         seconds = time.perf_counter() - start
         if not isinstance(out, dllm_edit.EditGenerationOutput) or out.sequences is None:
             raise TypeError(f"generate returned {type(out).__name__} without sequences")
-        assert out.num_forwards is not None and out.tokens_per_forward is not None  # return_dict_in_generate
-        from dllm_edit.special_tokens import resolve_special_tokens
-
-        new = out.sequences[0, self.input_ids.shape[1] :]
-        eos = set(resolve_special_tokens(self.model, config, self.tokenizer).eos)
-        cut = next((i for i, t in enumerate(new.tolist()) if t in eos), len(new))
-        text = self.tokenizer.decode(new[:cut], skip_special_tokens=True)
+        if out.num_forwards is None or out.tokens_per_forward is None:
+            raise TypeError("generate returned an output without num_forwards / tokens_per_forward")
+        completion = out.completions(self.input_ids.shape[1])[0]  # up to and including the first EOS
+        text = self.tokenizer.decode(completion, skip_special_tokens=True)
         forwards = int(out.num_forwards[0])
-        tokens = cut + (1 if cut < len(new) else 0)
+        tokens = len(completion)
         return {
             "text": text,
             "tokens": tokens,
