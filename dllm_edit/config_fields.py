@@ -111,7 +111,6 @@ REFUSED: dict[str, str] = {
     "target_lookbehind": _ASSISTED,
     "prompt_lookup_num_tokens": _ASSISTED,
     "max_matching_ngram_size": _ASSISTED,
-    "generation_kwargs": "extra model.generate keyword arguments; pass them to the call instead",
 }
 """Fields with no meaning for diffusion decoding, and why; any value but "off" raises."""
 
@@ -130,7 +129,6 @@ _OFF_BY_FIELD: dict[str, tuple[Any, ...]] = {
     "return_legacy_cache": (True,),
     "bad_words_ids": ([],),
     "sequence_bias": ({}, []),
-    "generation_kwargs": ({},),
 }
 
 
