@@ -128,11 +128,14 @@ def main() -> None:
     target = Path(dllm_edit.__file__).parent / "default_model"
     if target.exists():
         shutil.rmtree(target)
-    model.generation_config.mask_token_id = tokenizer.mask_token_id
-    model.generation_config.block_length = BLOCK
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(target)
+    # a full decoding config (a plain one written "from the model config" loses our fields on load)
+    dllm_edit.EditGenerationConfig(
+        block_length=BLOCK,
+        mask_token_id=tokenizer.mask_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    ).save_pretrained(target)
     tokenizer.save_pretrained(target)
     # transformers 5 names the fast tokenizer class "TokenizersBackend", which transformers 4.x (still
     # needed by LLaDA2.x remote code) cannot import; "PreTrainedTokenizerFast" loads in both.

@@ -25,6 +25,28 @@ def test_loads_offline_and_decodes(monkeypatch):
     assert bool((out.num_forwards > 0).all())
 
 
+def test_shipped_weights_are_the_trained_ones():
+    """Accuracy on a fixed held-out set, far above what random weights score (0%): the shipped model
+    measured 30.0% exact match (Q preset) on these 60 prompts; the card reports 26% on 200."""
+    from dllm_edit.data.builtin import builtin_rows
+    from dllm_edit.evaluation import decode_prompts, exact_match
+
+    model, tokenizer = dllm_edit.load_default()
+    rows = [r for r in builtin_rows("dllm_edit:default_mix", "test") if r["kind"] == "synthetic"][:60]
+    config = dllm_edit.EditGenerationConfig.from_mode("quality", max_new_tokens=16)
+    texts, tpf, _ = decode_prompts(model, tokenizer, [r["prompt"] for r in rows], config, batch=60)
+    assert exact_match(texts, rows) >= 15.0
+    assert tpf > 1.0
+
+
+def test_shipped_generation_config_is_read():
+    # the folder's generation_config.json (plain, written by transformers) carries block_length 32 and the
+    # mask id: generate with no config decodes with them
+    model, _ = dllm_edit.load_default()
+    config = dllm_edit.generation.model_generation_config(model)
+    assert (config.block_length, config.mask_token_id) == (32, model.config.mask_token_id)
+
+
 def test_files_are_small_and_carry_a_model_card():
     files = list(dllm_edit.DEFAULT_MODEL_DIR.iterdir())
     assert sum(f.stat().st_size for f in files) < 25 * 2**20
