@@ -58,12 +58,12 @@ TRAINER_HONOURED: frozenset[str] = frozenset(
 # ---- TrainingArguments fields refused by both (our compute_loss replaces the Trainer's loss) -------------
 TRAINER_REFUSED: dict[str, str] = {
     "label_smoothing_factor": "the diffusion objective is ours; the Trainer's label smoother never runs",
-    "use_liger_kernel": "Liger's fused cross-entropy needs the Trainer's own causal-LM loss, which is not ours",
+    "use_liger_kernel": "Liger's fused cross-entropy needs the Trainer's causal-LM loss, not ours",
     "liger_kernel_config": "Liger kernels are not supported (see use_liger_kernel)",
     "label_names": "the trainers read the `labels` column (SFT) or none at all (EBPO)",
     "past_index": "the diffusion forward keeps no memory across batches",
     "use_cache": "the diffusion forward never uses a KV cache in training",
-    "batch_eval_metrics": "`compute_metrics` is not supported: the logits of a random corruption are no prediction",
+    "batch_eval_metrics": "no `compute_metrics` (a random corruption's logits are no prediction)",
     "include_for_metrics": "`compute_metrics` is not supported (see batch_eval_metrics)",
     "include_inputs_for_metrics": "`compute_metrics` is not supported (see batch_eval_metrics)",
 }
@@ -133,8 +133,8 @@ EBPO_REFUSED: dict[str, str] = {
     "length_column_name": "EBPO samples prompts by itself (see group_by_length)",
     "remove_unused_columns": "EBPO passes every dataset column to the reward functions",
     "neftune_noise_alpha": "embedding noise would differ between θ_old's and θ's ELBO forwards",
-    "include_num_input_tokens_seen": "EBPO batches are prompts, not token tensors; use completions/mean_length",
-    "include_tokens_per_second": "EBPO batches are prompts, not token tensors; see rollout/tokens_per_forward",
+    "include_num_input_tokens_seen": "EBPO batches are prompts; see completions/mean_length",
+    "include_tokens_per_second": "EBPO batches are prompts; see rollout/tokens_per_forward",
     **{
         name: _NO_EVAL
         for name in (
@@ -157,14 +157,14 @@ EBPO_REFUSED: dict[str, str] = {
             "use_legacy_prediction_loop",
             "num_generations_eval",
         )
-    },  # fmt: skip
+    },
     # GRPO fields with no EBPO meaning
     "router_aux_loss_coef": "EBPO adds no MoE router loss; leave it unset (EditSFTTrainer honours it)",
     "cast_lm_head_to_fp32": "the ELBO forward runs the model in its own dtype",
     "ds3_gather_for_generation": "rollouts run the training model as it is (ZeRO-3 gathers layer by layer)",
     "pad_to_multiple_of": "EBPO pads every sequence to a whole number of blocks (block_length)",
-    "generation_batch_size": "EBPO generates rollouts for every micro-batch; use num_iterations to reuse them",
-    "steps_per_generation": "EBPO generates rollouts for every micro-batch; use num_iterations to reuse them",
+    "generation_batch_size": "EBPO generates rollouts per micro-batch; num_iterations reuses them",
+    "steps_per_generation": "EBPO generates rollouts per micro-batch; num_iterations reuses them",
     "min_p": _NO_SAMPLING,
     "repetition_penalty": _NO_SAMPLING + " (EditGenerationConfig.repeat_penalty via rollout_overrides)",
     "generation_kwargs": "rollout decoding is configured by rollout_mode and rollout_overrides",
@@ -222,7 +222,7 @@ EBPO_REFUSED.update(
             "vllm_importance_sampling_clip_max",
             "vllm_importance_sampling_clip_min",
         )
-    }  # fmt: skip
+    }
 )
 
 # Values that also mean "off", besides the parent class's default.

@@ -29,7 +29,7 @@ class SavesDecodingConfig:
 
 
 def special_ids(tokenizer: Any, eos_token_id: int | None) -> dict[str, int]:
-    """`eos_token_id` / `pad_token_id` fields for a saved decoding config (the pad: the tokenizer's, else EOS)."""
+    """`eos_token_id` / `pad_token_id` of a saved decoding config (pad: the tokenizer's, else EOS)."""
     fields: dict[str, int] = {}
     if eos_token_id is not None:
         fields["eos_token_id"] = int(eos_token_id)

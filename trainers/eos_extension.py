@@ -33,8 +33,9 @@ def extend_to_block_end(
 
     Examples:
         >>> import torch
-        >>> out, tail, end = extend_to_block_end(
-        ...     torch.tensor([[5, 6, 7, 0], [5, 6, 0, 0]]), torch.tensor([3, 2]), torch.tensor([True, False]), 1, 2)
+        >>> tokens = torch.tensor([[5, 6, 7, 0], [5, 6, 0, 0]])
+        >>> end, extend = torch.tensor([3, 2]), torch.tensor([True, False])
+        >>> out, tail, end = extend_to_block_end(tokens, end, extend, 1, 2)
         >>> out.tolist(), end.tolist()
         ([[5, 6, 7, 1], [5, 6, 0, 0]], [4, 2])
     """

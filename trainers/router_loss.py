@@ -33,15 +33,15 @@ def moe_routing(config: Any) -> tuple[int, int]:
     top_k = getattr(config, "num_experts_per_tok", None)
     if not experts or not top_k:
         raise ValueError(
-            f"{type(config).__name__} declares no `num_experts` / `num_experts_per_tok`; the router loss needs "
-            "both. Set router_aux_loss_coef=0.0 to train without it."
+            f"{type(config).__name__} declares no `num_experts` / `num_experts_per_tok`, which the router "
+            "loss needs. Set router_aux_loss_coef=0.0 to train without it."
         )
     return int(experts), int(top_k)
 
 
 @contextmanager
 def record_router_logits(model: Any, target: type, index: int) -> Iterator[list[torch.Tensor]]:
-    """Collect every router-logit tensor `[N, E]` (or `[B, S, E]`) the model's routers produce inside the block."""
+    """Collect every router-logit tensor `[N, E]` (or `[B, S, E]`) the routers produce inside the block."""
     recorded: list[torch.Tensor] = []
 
     def hook(_module: Any, _inputs: Any, output: Any) -> None:

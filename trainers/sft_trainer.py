@@ -34,7 +34,7 @@ _TERMS = ("drafting", "editing", "clean")
 
 def resolve_mask_token_id(args: Any, tokenizer: Any, model: Any) -> int:
     """The mask token id, looked up as decoding looks it up (`dllm_edit.special_tokens.token_id_sources`):
-    `args.mask_token_id`, the model's generation config, the tokenizer, the model config; ValueError if none."""
+    `args.mask_token_id`, the model's generation config, the tokenizer, the model config; else ValueError."""
     found = find_token_id("mask_token_id", unwrap(model), args, tokenizer)
     if found is not None:
         return int(found)
@@ -47,7 +47,7 @@ def resolve_mask_token_id(args: Any, tokenizer: Any, model: Any) -> int:
 
 
 def training_eos_id(args: Any, tokenizer: Any) -> int | None:
-    """The EOS id responses end with: `args.eos_token` (TRL's SFTConfig field) if set, else the tokenizer's."""
+    """The EOS id responses end with: `args.eos_token` (TRL's field) if set, else the tokenizer's."""
     if getattr(args, "eos_token", None) is not None:
         return int(tokenizer.convert_tokens_to_ids(args.eos_token))
     eos = getattr(tokenizer, "eos_token_id", None)
@@ -220,7 +220,7 @@ class EditSFTTrainer(SavesDecodingConfig, SFTTrainer):
         spec = router_output_spec(inner)
         if spec is None:
             raise ValueError(
-                f"{type(inner).__name__} is a Mixture-of-Experts model, but it declares no router-logit outputs "
+                f"{type(inner).__name__} is a Mixture-of-Experts model but declares no router-logit outputs "
                 "(`_can_record_outputs['router_logits']`) to compute the router loss from. Set "
                 "router_aux_loss_coef=0.0 to train without it."
             )
@@ -255,8 +255,8 @@ class EditSFTTrainer(SavesDecodingConfig, SFTTrainer):
         eos_token_id = training_eos_id(args, tokenizer)
         if eos_token_id is None:
             raise ValueError(
-                "`pad_response_with_eos=True` needs an EOS token: set the tokenizer's eos_token or `eos_token` "
-                "in EditSFTConfig, or pass pad_response_with_eos=False."
+                "`pad_response_with_eos=True` needs an EOS token: set the tokenizer's eos_token or "
+                "`eos_token` in EditSFTConfig, or pass pad_response_with_eos=False."
             )
         return dataset.map(
             extend_response_with_eos,
