@@ -254,10 +254,9 @@ class EBPOTrainer(SavesDecodingConfig, Trainer):
     def _prompt_texts(self, prompts: list[Any]) -> list[str]:
         tokenizer = self.processing_class
         if prompts and isinstance(prompts[0], list):
+            extra: dict[str, Any] = dict(self.args.chat_template_kwargs or {})  # type: ignore[arg-type]
             return [
-                tokenizer.apply_chat_template(  # type: ignore[union-attr]
-                    p, tokenize=False, add_generation_prompt=True, **(self.args.chat_template_kwargs or {})
-                )
+                str(tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True, **extra))  # type: ignore[union-attr]
                 for p in prompts
             ]
         return [str(p) for p in prompts]
@@ -499,7 +498,7 @@ class EBPOTrainer(SavesDecodingConfig, Trainer):
                 sample["rewards"],
                 sample["advantages"],
                 self.state.global_step,
-                self.args.num_completions_to_print,
+                self.args.num_completions_to_print,  # type: ignore[arg-type]
             )
             self._completion_log = {}
 

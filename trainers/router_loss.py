@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 
-def router_output_spec(model: Any) -> tuple[type, int] | None:
+def router_output_spec(model: Any) -> tuple[type[torch.nn.Module], int] | None:
     """`(module class, output index)` of the router logits the model declares, or None."""
     table = getattr(type(model), "_can_record_outputs", None) or {}
     spec = table.get("router_logits") if isinstance(table, dict) else None
@@ -40,7 +40,9 @@ def moe_routing(config: Any) -> tuple[int, int]:
 
 
 @contextmanager
-def record_router_logits(model: Any, target: type, index: int) -> Iterator[list[torch.Tensor]]:
+def record_router_logits(
+    model: Any, target: type[torch.nn.Module], index: int
+) -> Iterator[list[torch.Tensor]]:
     """Collect every router-logit tensor `[N, E]` (or `[B, S, E]`) the routers produce inside the block."""
     recorded: list[torch.Tensor] = []
 

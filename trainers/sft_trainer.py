@@ -1,8 +1,11 @@
 """`EditSFTTrainer`: TRL's `SFTTrainer` with the edit-aware diffusion objective.
 
-Only documented hooks are overridden: `compute_loss` (corruption → diffusion forward(s) → mixed
-objective), `_prepare_dataset` (EOS extension of responses to a block boundary, after TRL's own
-preparation), `prediction_step` (loss only) and `log` (the three loss terms). Tokenization, chat
+Overridden: `compute_loss` (corruption → diffusion forward(s) → mixed objective, plus the MoE
+router loss), `prediction_step` (loss only), `evaluate` (the same noise every time) and two private
+methods of the parents, which may change between TRL / transformers releases (the tested version
+ranges are pinned in pyproject.toml): `SFTTrainer._prepare_dataset` (EOS extension of responses to a
+block boundary, after TRL's own preparation) and `Trainer._save` (the decoding config written with
+each checkpoint). The loss terms are logged through TRL's `_metrics`. Tokenization, chat
 templates, truncation, LoRA via `peft_config`, gradient checkpointing, accelerate / FSDP /
 DeepSpeed and checkpointing are TRL's and transformers'.
 """
@@ -206,7 +209,7 @@ class EditSFTTrainer(SavesDecodingConfig, SFTTrainer):
             if isinstance(callback, DecodeEvalCallback):
                 callback.bind(self)
 
-    def _router_loss_setup(self) -> tuple[type, int, int, int] | None:
+    def _router_loss_setup(self) -> tuple[type[torch.nn.Module], int, int, int] | None:
         """`(router module class, output index, experts, top-k)` when the MoE router loss is on, else None.
 
         TRL's `SFTTrainer` decides whether it is on (`router_aux_loss_coef`, default: the model config's
