@@ -235,6 +235,7 @@ ALSO_OFF: dict[str, tuple[Any, ...]] = {
     "pad_to_multiple_of": (None, "auto"),
     "eval_strategy": ("no",),
     "log_unique_prompts": (False,),
+    "include_num_input_tokens_seen": ("no", False),  # 5.x default "no"; 4.57 (and argument parsers) False
 }
 
 
