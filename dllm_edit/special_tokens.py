@@ -41,7 +41,7 @@ def resolve_special_tokens(model: Any, config: Any, tokenizer: Any = None) -> Sp
     Raises:
         ValueError: when no mask token id is found anywhere.
     """
-    sources = (config, getattr(model, "generation_config", None), tokenizer, getattr(model, "config", None))
+    sources = token_id_sources(model, config, tokenizer)
 
     def ladder(name: str) -> Any:
         return _first(*(getattr(source, name, None) for source in sources))
@@ -58,3 +58,43 @@ def resolve_special_tokens(model: Any, config: Any, tokenizer: Any = None) -> Sp
     if pad is None:
         pad = eos[0] if eos else int(mask)
     return SpecialTokens(mask=int(mask), eos=eos, pad=int(pad))
+
+
+def token_id_sources(model: Any, config: Any, tokenizer: Any = None) -> tuple[Any, ...]:
+    """Where special token ids are looked up, in order: the config passed in (a generation config, or
+    a trainer config with a `mask_token_id` field), the model's generation config, the tokenizer, the
+    model config. Decoding (`resolve_special_tokens`) and the trainers share this order."""
+    return (config, getattr(model, "generation_config", None), tokenizer, getattr(model, "config", None))
+
+
+def find_token_id(name: str, model: Any, config: Any, tokenizer: Any = None) -> Any:
+    """The first `name` (e.g. `"mask_token_id"`) set in `token_id_sources`, or None.
+
+    Examples:
+        >>> from types import SimpleNamespace as NS
+        >>> model = NS(generation_config=NS(mask_token_id=None), config=NS(mask_token_id=5))
+        >>> find_token_id("mask_token_id", model, NS(mask_token_id=None), NS(mask_token_id=7))
+        7
+    """
+    return _first(*(getattr(source, name, None) for source in token_id_sources(model, config, tokenizer)))
+
+
+def completion_lengths(completion: torch.Tensor, eos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tokens before the first EOS of each row, and whether the row has one.
+
+    Args:
+        completion: LongTensor `[B, N]`, generated tokens (no prompt).
+        eos: LongTensor `[E]`, the EOS ids.
+
+    Returns:
+        `(lengths, has_eos)`: LongTensor `[B]` (N where no EOS) and BoolTensor `[B]`.
+
+    Examples:
+        >>> import torch
+        >>> completion_lengths(torch.tensor([[4, 1, 5], [4, 4, 4]]), torch.tensor([1]))
+        (tensor([1, 3]), tensor([ True, False]))
+    """
+    is_eos = torch.isin(completion, eos.to(completion.device))  # [B, N]
+    has_eos = is_eos.any(dim=1)  # [B]
+    first = is_eos.long().argmax(dim=1)  # [B] index of the first EOS (0 when none)
+    return torch.where(has_eos, first, torch.full_like(first, completion.shape[1])), has_eos

@@ -226,3 +226,96 @@ def test_bad_input(tmp_path):
         )
     with pytest.raises(ValueError, match="use_vllm"):
         ebpo_config(tmp_path, use_vllm=True)
+
+
+def test_data_options_are_honoured(tmp_path, monkeypatch):
+    import transformers
+
+    import dllm_edit.trainers.ebpo_trainer as ebpo_module
+
+    model_dir = tmp_path / "model"
+    tiny_llama("sdpa", seed=7).save_pretrained(model_dir)
+    seen = {}
+    original = transformers.AutoModelForCausalLM.from_pretrained
+
+    def recording(name, **kwargs):
+        seen.update(kwargs)
+        return original(name, **{k: v for k, v in kwargs.items() if k != "trust_remote_code"})
+
+    monkeypatch.setattr(ebpo_module.AutoModelForCausalLM, "from_pretrained", recording)
+
+    def trainer(data=None, **kw):
+        return EBPOTrainer(
+            str(model_dir),
+            reward_funcs=contains_w5,
+            args=ebpo_config(tmp_path, **{"per_device_train_batch_size": 4, **kw}),
+            train_dataset=data if data is not None else prompts(6),
+            processing_class=tiny_tokenizer(),
+        )
+
+    def order(t):
+        return [row["prompt"] for batch in t.get_train_dataloader() for row in batch]
+
+    ordered = trainer(shuffle_dataset=False, trust_remote_code=True)  # a model given by name
+    assert seen["trust_remote_code"] is True
+    assert order(ordered) == [f"w{2 + i} w{3 + i}" for i in range(6)]
+    shuffled = order(trainer(shuffle_dataset=True))
+    assert sorted(shuffled) == sorted(order(ordered)) and shuffled != order(ordered)
+    assert order(trainer(data_seed=1)) != shuffled  # data_seed, not seed, draws the order
+    loader = trainer(dataloader_drop_last=True, dataloader_pin_memory=False).get_train_dataloader()
+    assert len(loader) == 6 and not loader.pin_memory  # 6 prompts, 1 per batch (4 completions / 4)
+    odd = Dataset.from_list([{"prompt": "w2", "answer": "w5"}] * 3)
+    assert len(trainer(odd, per_device_train_batch_size=8).get_train_dataloader()) == 2  # last batch kept
+    assert (
+        len(trainer(odd, per_device_train_batch_size=8, dataloader_drop_last=True).get_train_dataloader())
+        == 1
+    )
+
+    chat_tok = tiny_tokenizer(chat=True)
+    chat_tok.chat_template = (
+        "{% if hint %}w9 {% endif %}{% for m in messages %}{{ m['content'] }} {% endfor %}"
+    )
+    chat = EBPOTrainer(
+        tiny_llama("sdpa", seed=7),
+        reward_funcs=contains_w5,
+        args=ebpo_config(tmp_path, chat_template_kwargs={"hint": True}),
+        train_dataset=Dataset.from_list([{"prompt": [{"role": "user", "content": "w2"}], "answer": "w5"}]),
+        processing_class=chat_tok,
+    )
+    assert chat._prompt_texts([[{"role": "user", "content": "w2"}]]) == ["w9 w2 "]
+
+
+def test_ratio_is_exactly_one_with_dropout_and_checkpoints_decode_as_trained(tmp_path, capsys):
+    from peft import LoraConfig
+
+    from dllm_edit import EditGenerationConfig
+
+    trainer = EBPOTrainer(
+        tiny_llama("sdpa", seed=7),
+        reward_funcs=[even_words],
+        args=ebpo_config(
+            tmp_path,
+            max_steps=2,
+            block_length=16,
+            save_strategy="steps",
+            save_steps=1,
+            log_completions=True,
+            num_completions_to_print=2,
+        ),
+        train_dataset=prompts(),
+        processing_class=tiny_tokenizer(),
+        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.5),
+    )
+    assert not trainer.args.disable_dropout
+    assert any(isinstance(m, torch.nn.Dropout) and m.p == 0.5 for m in trainer.model.modules())
+    trainer.train()
+    ratios = [h["ratio/mean"] for h in trainer.state.log_history if "ratio/mean" in h]
+    assert len(ratios) == 2 and all(r == 1.0 for r in ratios)  # fresh rollouts each step: θ = θ_old
+    assert "Step 1" in capsys.readouterr().out  # log_completions printed the table
+    for folder in (tmp_path / "out" / "checkpoint-1", tmp_path / "out" / "checkpoint-2"):
+        saved = EditGenerationConfig.from_pretrained(folder)
+        eos = saved.eos_token_id if isinstance(saved.eos_token_id, list) else [saved.eos_token_id]
+        assert (
+            saved.block_length == 16 and saved.mask_token_id == MASK and EOS in eos
+        )  # the ids decoding used
+        assert saved.temperature == 0.0 and saved.max_new_tokens == 8

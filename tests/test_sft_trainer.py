@@ -209,3 +209,74 @@ def test_bad_input_is_refused_before_training(tmp_path):
     )
     with pytest.raises(ValueError, match="chat template"):
         EditSFTTrainer(model, args=config(tmp_path), train_dataset=chat, processing_class=tok)
+
+
+def test_checkpoints_save_the_decoding_config_they_were_trained_for(tmp_path):
+    from dllm_edit import EditGenerationConfig
+
+    trainer = trainer_for(tmp_path, block_length=16, max_steps=2, save_strategy="steps", save_steps=2)
+    trainer.train()
+    trainer.save_model(str(tmp_path / "final"))
+    for folder in (tmp_path / "out" / "checkpoint-2", tmp_path / "final"):
+        saved = EditGenerationConfig.from_pretrained(folder)
+        assert (saved.block_length, saved.mask_token_id, saved.eos_token_id) == (16, MASK, EOS)
+        assert saved.editing_threshold == 0.5  # trained with the editing stream: editing stays on
+    plain = trainer_for(tmp_path / "m2t", max_steps=1, edit_rate_max=0.0, editing_stream_rate=0.0)
+    plain.save_model(str(tmp_path / "m2t-final"))
+    assert EditGenerationConfig.from_pretrained(tmp_path / "m2t-final").editing_threshold is None
+
+
+def tiny_qwen3_moe(seed=3):
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = Qwen3MoeConfig(
+        vocab_size=48,
+        hidden_size=32,
+        intermediate_size=64,
+        moe_intermediate_size=16,
+        num_experts=4,
+        num_experts_per_tok=2,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        attn_implementation="sdpa",
+    )
+    return Qwen3MoeForCausalLM(cfg)
+
+
+def test_moe_router_loss_is_added_with_its_coefficient(tmp_path):
+    from dllm_edit.trainers.router_loss import load_balancing_loss, record_router_logits, router_output_spec
+
+    def loss_and_aux(coef):
+        model = tiny_qwen3_moe()
+        trainer = trainer_for(
+            tmp_path,
+            model=model,
+            max_steps=1,
+            router_aux_loss_coef=coef,
+            diffusion_attention="block_diffusion",
+        )
+        batch = trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
+        trainer.model.train()
+        target, index = router_output_spec(model)
+        with record_router_logits(model, target, index) as recorded:
+            loss = trainer.compute_loss(trainer.model, batch)
+        return loss, trainer, recorded, batch
+
+    with_aux, trainer, recorded, batch = loss_and_aux(0.5)
+    without, plain, _, _ = loss_and_aux(0.0)
+    assert plain.router is None and trainer.router is not None
+    aux = trainer._metrics["train"]["aux_loss"][-1]
+    assert aux > 0 and with_aux.item() == pytest.approx(without.item() + 0.5 * aux, rel=1e-5)
+    # the recorded loss is transformers' own load-balancing loss over the forward's valid tokens
+    from transformers.models.qwen3_moe.modeling_qwen3_moe import load_balancing_loss_func
+
+    valid = trainer._block_aligned(batch)[2]
+    tokens = torch.cat([valid, valid], dim=1)
+    ours = load_balancing_loss(recorded, tokens, 4, 2)
+    assert ours.item() == pytest.approx(aux, rel=1e-5)
+    logits = tuple(r.detach().reshape(-1, 4) for r in recorded)
+    reference = load_balancing_loss_func(logits, 4, 2, tokens.long())  # its 2-D padding-mask form
+    assert ours.item() == pytest.approx(float(reference), rel=1e-5)

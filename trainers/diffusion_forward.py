@@ -17,7 +17,8 @@ Three forms, picked from the model's decoding adapter (or named explicitly):
 - `"bidirectional"`: full attention over `x_t` (LLaDA-style models), 4-D mask hiding padding.
 - `"masked_lm"`: `x_t` with a 2-D padding mask (BERT-family masked LMs).
 
-Padding keys are always hidden; a padding query attends to itself only, so no softmax row is empty.
+Padding keys are always hidden; a padding query attends to itself only, so no softmax row is empty
+(`dllm_edit.adapters.attention.with_padding_rule`, the rule the decoding adapters apply too).
 The 4-D masks go through `dllm_edit.adapters.attention.backend_mask`, the form the decoding engine
 uses, so training and decoding see the same attention.
 """
@@ -29,7 +30,7 @@ from typing import Any, Literal
 import torch
 
 from dllm_edit.adapters import detect_adapter
-from dllm_edit.adapters.attention import backend_mask
+from dllm_edit.adapters.attention import backend_mask, with_padding_rule
 from dllm_edit.adapters.base import attn_implementation, forward_kwargs, model_dtype, output_logits
 
 AttentionForm = Literal["block_diffusion", "bidirectional", "masked_lm"]
@@ -72,18 +73,16 @@ def block_diffusion_allowed(valid: torch.Tensor, block_length: int) -> torch.Ten
     rule = torch.cat(
         [torch.cat([clean_clean, never], dim=1), torch.cat([noisy_clean, noisy_noisy], dim=1)], dim=0
     )  # [2T, 2T]
-    key_valid = torch.cat([valid, valid], dim=1).bool()  # [B, 2T]
-    allowed = rule[None] & key_valid[:, None, :]  # [B, 2T, 2T]
+    token_valid = torch.cat([valid, valid], dim=1).bool()  # [B, 2T]
     self_only = torch.eye(2 * length, dtype=torch.bool, device=device)  # [2T, 2T]
-    return allowed | (~key_valid[:, :, None] & self_only[None])  # [B, 2T, 2T]
+    return with_padding_rule(rule, token_valid, token_valid, self_only)  # [B, 2T, 2T]
 
 
 def bidirectional_allowed(valid: torch.Tensor) -> torch.Tensor:
     """Full attention over the valid positions. `valid`: `[B, T]` → BoolTensor `[B, T, T]`."""
     valid = valid.bool()
-    allowed = valid[:, None, :].expand(-1, valid.shape[1], -1)  # [B, T, T]
     self_only = torch.eye(valid.shape[1], dtype=torch.bool, device=valid.device)  # [T, T]
-    return allowed | (~valid[:, :, None] & self_only[None])  # [B, T, T]
+    return with_padding_rule(torch.ones_like(self_only), valid, valid, self_only)  # [B, T, T]
 
 
 def resolve_attention_form(model: Any, requested: str) -> AttentionForm:

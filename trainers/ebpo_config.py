@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 from trl import GRPOConfig
 
+from .config_fields import EBPO_REFUSED, check_refused
 from .diffusion_forward import ATTENTION_FORMS
 from .ebpo_loss import RATIO_LEVELS
 from .elbo import ELBO_WEIGHTINGS
+from .rewards import MULTI_OBJECTIVE_AGGREGATIONS
 
 
 @dataclass
@@ -22,10 +24,14 @@ class EBPOConfig(GRPOConfig):
     `max_completion_length`, `temperature` / `top_p` / `top_k` (rollout sampling), `epsilon` and
     `epsilon_high` (ε_low / ε_high of the clip, equation 4), `beta` (KL to the initial policy,
     default 0), `num_iterations` (optimizer steps per rollout batch), `scale_rewards`,
-    `reward_weights`, `disable_dropout`. `per_device_train_batch_size` counts completions and must
-    be a multiple of `num_generations` (each micro-batch holds whole groups). GRPO options with no
-    EBPO meaning (vLLM, `importance_sampling_level`, `loss_type`, entropy terms, ...) are refused
-    when set, never silently ignored. `bf16` is on only when a CUDA device supports it.
+    `reward_weights`, `multi_objective_aggregation`, `disable_dropout`, `shuffle_dataset`,
+    `chat_template_kwargs` (passed to the chat template of conversational prompts), `log_completions`
+    / `num_completions_to_print`, `trust_remote_code` / `model_init_kwargs` (a model given by name),
+    the `dataloader_*` fields. `per_device_train_batch_size` counts completions and must be a
+    multiple of `num_generations` (each micro-batch holds whole groups). GRPO options with no EBPO
+    meaning (vLLM, `importance_sampling_level`, `loss_type`, entropy terms, evaluation, ...) are
+    refused with an error naming them when set, never silently ignored (the lists:
+    `dllm_edit.trainers.config_fields`). `bf16` is on only when a CUDA device supports it.
 
     Attributes:
         elbo_timesteps (int): N, timesteps (forwards) per ELBO estimate (default 2).
@@ -82,24 +88,8 @@ class EBPOConfig(GRPOConfig):
         metadata={"help": "Training forward form.", "choices": ["auto", *ATTENTION_FORMS]},
     )
 
-    # GRPO options with no EBPO meaning: name -> the value that means "off".
-    _UNSUPPORTED: ClassVar[dict[str, Any]] = {
-        "use_vllm": False,
-        "importance_sampling_level": "token",
-        "use_liger_kernel": False,
-        "entropy_coef": 0.0,
-        "use_adaptive_entropy": False,
-        "top_entropy_quantile": 1.0,
-        "delta": None,
-        "sync_ref_model": False,
-        "use_transformers_continuous_batching": False,
-        "mask_truncated_completions": False,
-        "min_p": None,
-        "repetition_penalty": 1.0,
-        "generation_kwargs": None,
-    }
-
     def __post_init__(self) -> None:
+        check_refused(self, GRPOConfig, EBPO_REFUSED, "EBPOTrainer")  # before anything is resolved or loaded
         if self.bf16 is None and not self.fp16:
             self.bf16 = bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
         if isinstance(self.rollout_overrides, str):
@@ -116,24 +106,6 @@ class EBPOConfig(GRPOConfig):
 
     def validate_ebpo_fields(self) -> None:
         """Check the EBPO fields; raise a ValueError naming the field, the constraint and the fix."""
-        for name, off in self._UNSUPPORTED.items():
-            if getattr(self, name, off) != off:
-                raise ValueError(
-                    f"`{name}`={getattr(self, name)!r} has no meaning in EBPO and is not supported; "
-                    f"leave it at {off!r}. (Rollouts come from dllm_edit.generate; the ratio level is "
-                    "`ratio_level`.)"
-                )
-        if self.loss_type not in ("dapo", "grpo"):
-            raise ValueError(
-                f"`loss_type`={self.loss_type!r} is a GRPO loss; EBPO has its own (see `ratio_level`). "
-                "Leave it at its default."
-            )
-        if self.steps_per_generation != self.gradient_accumulation_steps:
-            raise ValueError(
-                "EBPO generates rollouts for every micro-batch; `steps_per_generation` / "
-                "`generation_batch_size` are not supported. Leave them unset (use `num_iterations` to "
-                "reuse rollouts)."
-            )
         if self.per_device_train_batch_size % int(self.num_generations or 1):
             raise ValueError(
                 f"`per_device_train_batch_size`={self.per_device_train_batch_size} (completions per "
@@ -150,6 +122,11 @@ class EBPOConfig(GRPOConfig):
         if self.elbo_weighting not in ELBO_WEIGHTINGS:
             raise ValueError(
                 f"`elbo_weighting` must be one of {list(ELBO_WEIGHTINGS)}, got {self.elbo_weighting!r}."
+            )
+        if self.multi_objective_aggregation not in MULTI_OBJECTIVE_AGGREGATIONS:
+            raise ValueError(
+                f"`multi_objective_aggregation` must be one of {list(MULTI_OBJECTIVE_AGGREGATIONS)}, got "
+                f"{self.multi_objective_aggregation!r}."
             )
         if self.ratio_level not in RATIO_LEVELS:
             raise ValueError(f"`ratio_level` must be one of {list(RATIO_LEVELS)}, got {self.ratio_level!r}.")

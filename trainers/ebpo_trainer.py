@@ -7,11 +7,14 @@ One training micro-step:
    sampling with a generator seeded from `(seed, step, micro-batch, rank)`.
 2. **Rewards and advantages.** Reward functions (TRL's calling convention, see
    `dllm_edit.trainers.rewards`) score the completions; advantages are group-relative.
-3. **θ_old.** Each completion gets a noise seed; the ELBO summands of the rollout policy are computed
-   on that noise (`dllm_edit.trainers.elbo`), without gradient, and stored with the batch.
-4. **Loss.** The same summands under the current θ — on the same noise, since it is a function of the
-   per-sample seed — give the ratio of equation 5 and the clipped surrogate of equation 4
-   (`dllm_edit.trainers.ebpo_loss`).
+3. **Noise.** Each completion gets a noise seed: the ELBO summands (`dllm_edit.trainers.elbo`) of
+   any policy on that completion are computed on the noise drawn from it.
+4. **Loss.** The ELBO summands under the current θ give the ratio of equation 5 and the clipped
+   surrogate of equation 4 (`dllm_edit.trainers.ebpo_loss`). θ_old's summands are those of the
+   first loss forward on the batch, detached: at that step θ *is* θ_old (the rollouts were just
+   drawn from it), and one forward shares its dropout state with itself, so the first ratio is
+   exactly 1 even with dropout on (`lora_dropout`, the model's own; `disable_dropout` switches
+   it off entirely). They are stored with the batch for the later iterations.
 
 With `num_iterations = μ > 1` a rollout batch is reused for μ optimizer steps (the dataloader's
 prompts of the reused steps are skipped), which is when the ratio moves away from 1 and the clip acts.
@@ -31,19 +34,21 @@ from torch.utils.data import DataLoader
 from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer
 
 import dllm_edit
-from dllm_edit.special_tokens import resolve_special_tokens
+from dllm_edit.special_tokens import completion_lengths, resolve_special_tokens
 
 from .corruption import mix_seed
+from .decoding_config import SavesDecodingConfig, special_ids
 from .diffusion_forward import DiffusionForward, resolve_attention_form, unwrap
 from .ebpo_config import EBPOConfig
 from .ebpo_loss import ebpo_surrogate
 from .elbo import elbo_token_logps
+from .eos_extension import extend_to_block_end
 from .rewards import (
     check_reward_func,
     combine_rewards,
     compute_rewards,
-    group_advantages,
     load_reward_func,
+    policy_advantages,
     reward_name,
 )
 from .sft_trainer import resolve_mask_token_id
@@ -59,7 +64,8 @@ class Rollouts:
         supervised: BoolTensor `[B, T]`, completion positions (with EOS to the block end).
         seeds: LongTensor `[B]`, per-sample noise seeds.
         advantages: FloatTensor `[B]`.
-        old_logp: FloatTensor `[B, T]`, ELBO summands of the rollout policy.
+        old_logp: FloatTensor `[B, T]`, ELBO summands of the rollout policy (None until the first loss
+            forward on the batch, whose detached summands they are).
         ref_logp: FloatTensor `[B, T]` or None, of the reference policy (`beta > 0`).
         created_step: the optimizer step the rollouts were generated at.
     """
@@ -69,7 +75,7 @@ class Rollouts:
     supervised: torch.Tensor
     seeds: torch.Tensor
     advantages: torch.Tensor
-    old_logp: torch.Tensor
+    old_logp: torch.Tensor | None
     ref_logp: torch.Tensor | None
     created_step: int
 
@@ -78,7 +84,7 @@ def _identity(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-class EBPOTrainer(Trainer):
+class EBPOTrainer(SavesDecodingConfig, Trainer):
     """Reinforcement learning of diffusion LMs with EBPO (see the module docstring).
 
     Args:
@@ -100,8 +106,9 @@ class EBPOTrainer(Trainer):
 
     Examples:
         >>> from dllm_edit.trainers import EBPOTrainer
-        >>> EBPOTrainer.__mro__[1].__name__
-        'Trainer'
+        >>> from transformers import Trainer
+        >>> issubclass(EBPOTrainer, Trainer)
+        True
 
         A run (see the cookbook, "EBPO with a verifiable reward"):
 
@@ -150,10 +157,18 @@ class EBPOTrainer(Trainer):
                 "messages). The other columns are passed to the reward functions."
             )
         if isinstance(model, str):
-            init_kwargs = args.model_init_kwargs if isinstance(args.model_init_kwargs, dict) else {}
+            init_kwargs = dict(args.model_init_kwargs) if isinstance(args.model_init_kwargs, dict) else {}
+            init_kwargs.setdefault("trust_remote_code", args.trust_remote_code)
             model = AutoModelForCausalLM.from_pretrained(model, **init_kwargs)
         if processing_class is None:
-            processing_class = AutoTokenizer.from_pretrained(unwrap(model).config._name_or_path)
+            processing_class = AutoTokenizer.from_pretrained(
+                unwrap(model).config._name_or_path, trust_remote_code=args.trust_remote_code
+            )
+        if args.log_completions:
+            from transformers.utils import is_rich_available
+
+            if not is_rich_available():
+                raise ValueError("`log_completions=True` prints a table with `rich`: pip install rich.")
         self.mask_token_id = resolve_mask_token_id(args, processing_class, model)  # type: ignore[arg-type]
         if peft_config is not None:
             from peft import get_peft_model
@@ -195,6 +210,7 @@ class EBPOTrainer(Trainer):
         self._micro_step = 0
         self._micro_of: int | None = None
         self._metrics: dict[str, list[float]] = defaultdict(list)
+        self._completion_log: dict[str, Any] = {}
 
     def _eos_ids(self) -> torch.Tensor:
         """EOS ids, resolved as decoding resolves them (transformers' Trainer may align the model's
@@ -211,14 +227,23 @@ class EBPOTrainer(Trainer):
 
     def get_train_dataloader(self) -> DataLoader:
         """Batches of `per_device_train_batch_size / num_generations` prompts (rows as dicts)."""
-        generator = torch.Generator().manual_seed(self.args.seed)
+        args = self.args
+        seed = args.seed if args.data_seed is None else args.data_seed
+        workers = args.dataloader_num_workers
+        options: dict[str, Any] = {"num_workers": workers, "pin_memory": args.dataloader_pin_memory}
+        if workers > 0:
+            options["persistent_workers"] = args.dataloader_persistent_workers
+            options["prefetch_factor"] = args.dataloader_prefetch_factor
+            options["multiprocessing_context"] = getattr(args, "dataloader_multiprocessing_context", None)
+            options["in_order"] = getattr(args, "dataloader_in_order", True)
         loader = DataLoader(
             self.train_dataset,  # type: ignore[arg-type]
-            batch_size=self.args.per_device_train_batch_size // self.group_size,
-            shuffle=True,
-            generator=generator,
+            batch_size=args.per_device_train_batch_size // self.group_size,
+            shuffle=bool(args.shuffle_dataset),
+            generator=torch.Generator().manual_seed(seed),
             collate_fn=_identity,
-            drop_last=True,
+            drop_last=args.dataloader_drop_last,
+            **options,
         )
         return self.accelerator.prepare(loader)
 
@@ -230,8 +255,9 @@ class EBPOTrainer(Trainer):
     def _prompt_texts(self, prompts: list[Any]) -> list[str]:
         tokenizer = self.processing_class
         if prompts and isinstance(prompts[0], list):
+            extra: dict[str, Any] = dict(self.args.chat_template_kwargs or {})  # type: ignore[arg-type]
             return [
-                tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True)  # type: ignore[union-attr,misc]
+                str(tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True, **extra))  # type: ignore[union-attr]
                 for p in prompts
             ]
         return [str(p) for p in prompts]
@@ -273,13 +299,7 @@ class EBPOTrainer(Trainer):
             raise TypeError(f"generate returned {type(out).__name__} without sequences")
         completion = out.sequences[:, ids.shape[1] :]  # [B, N]
         eos_ids = self._eos_ids().to(device)  # [E]
-        is_eos = torch.isin(completion, eos_ids)  # [B, N]
-        has_eos = is_eos.any(dim=1)  # [B]
-        first_eos = torch.where(
-            has_eos,
-            is_eos.float().argmax(dim=1),
-            torch.full_like(has_eos, completion.shape[1], dtype=torch.long),
-        )  # [B]
+        first_eos, has_eos = completion_lengths(completion, eos_ids)  # [B], [B]
         completion_lists = [completion[i, : int(first_eos[i])].tolist() for i in range(completion.shape[0])]
         texts = tokenizer.batch_decode(completion_lists, skip_special_tokens=True)
         completions: list[Any] = texts
@@ -295,14 +315,15 @@ class EBPOTrainer(Trainer):
             trainer_state=self.state,
         )  # [B, F]
         total, unscored = combine_rewards(rewards, args.reward_weights)  # [B], [B]
-        advantages = group_advantages(total, group, args.scale_rewards).to(device)  # [B]
+        advantages = policy_advantages(
+            rewards, args.reward_weights, group, args.scale_rewards, args.multi_objective_aggregation
+        ).to(device)  # [B]
 
         clean, valid, supervised = self._training_sequences(
             ids, attention, completion, first_eos, has_eos, eos_ids[0]
         )
         noise = torch.Generator().manual_seed(self._seed(self.state.global_step, self._micro_step, 2))
         seeds = torch.randint(0, 2**31 - 1, (len(rows),), generator=noise).to(device)  # [B]
-        old_logp = self.elbo_summands(model, clean, valid, supervised, seeds)
         ref_logp = None
         if args.beta > 0:
             if self.ref_model is not None:
@@ -312,13 +333,20 @@ class EBPOTrainer(Trainer):
                     ref_logp = self.elbo_summands(model, clean, valid, supervised, seeds)
 
         self._log_rollouts(out, rewards, total, unscored, first_eos, has_eos)
+        if args.log_completions:
+            self._completion_log = {
+                "prompt": self._prompt_texts(prompts),
+                "completion": texts,
+                "rewards": {reward_name(f): rewards[:, j].tolist() for j, f in enumerate(self.reward_funcs)},
+                "advantages": advantages.tolist(),
+            }
         return Rollouts(
             clean=clean,
             valid=valid,
             supervised=supervised,
             seeds=seeds,
             advantages=advantages,
-            old_logp=old_logp,
+            old_logp=None,
             ref_logp=ref_logp,
             created_step=self.state.global_step,
         )
@@ -343,7 +371,6 @@ class EBPOTrainer(Trainer):
         prompt_len = attention.sum(dim=1)  # [B]
         kept = torch.where(has_eos, first_eos + 1, first_eos)  # [B] completion tokens incl. the EOS
         end = prompt_len + kept  # [B]
-        end = torch.where(has_eos, -(-end // bl) * bl, end)  # [B] EOS to the end of its block
         width = int(-(-int(end.max()) // bl) * bl)
         batch = ids.shape[0]
         pos = torch.arange(width, device=ids.device)[None]  # [1, T]
@@ -357,8 +384,7 @@ class EBPOTrainer(Trainer):
         clean = torch.where(
             in_completion, completion.gather(1, comp_src.clamp(0, completion.shape[1] - 1)), clean
         )
-        tail = ~in_prompt & ~in_completion & (pos < end[:, None])  # [B, T] EOS fill to the block end
-        clean = torch.where(tail, eos_id, clean)
+        clean, _, end = extend_to_block_end(clean, end, has_eos, eos_id, bl)  # [B, T], _, [B]
         valid = pos < end[:, None]
         supervised = valid & ~in_prompt
         return clean, valid, supervised
@@ -433,6 +459,8 @@ class EBPOTrainer(Trainer):
             raise ValueError("EBPOTrainer.compute_loss returns the loss only.")
         rollouts = inputs if isinstance(inputs, Rollouts) else self._rollouts_for(model, inputs)
         logp = self.elbo_summands(model, rollouts.clean, rollouts.valid, rollouts.supervised, rollouts.seeds)
+        if rollouts.old_logp is None:  # first use: θ = θ_old, in this very forward (same dropout state)
+            rollouts.old_logp = logp.detach()
         terms = ebpo_surrogate(
             logp,
             rollouts.old_logp,
@@ -461,6 +489,30 @@ class EBPOTrainer(Trainer):
         logs.update({k: sum(v) / len(v) for k, v in self._metrics.items() if v})
         self._metrics.clear()
         super().log(logs, start_time)
+        if self.args.log_completions and self._completion_log and self.accelerator.is_main_process:
+            from trl.trainer.utils import print_prompt_completions_sample
+
+            sample = self._completion_log
+            print_prompt_completions_sample(
+                sample["prompt"],
+                sample["completion"],
+                sample["rewards"],
+                sample["advantages"],
+                self.state.global_step,
+                self.args.num_completions_to_print,  # type: ignore[arg-type]
+            )
+            self._completion_log = {}
+
+    # ---- saving -------------------------------------------------------------------------------------------
+
+    def decoding_config(self) -> dllm_edit.EditGenerationConfig:
+        """The rollout decoding settings (preset, overrides, block length, mask / EOS / pad ids), greedy:
+        what is saved with every checkpoint (see `dllm_edit.trainers.decoding_config`)."""
+        eos = self._eos_ids()
+        fields = special_ids(self.processing_class, int(eos[0]))
+        if eos.numel() > 1:
+            fields["eos_token_id"] = eos.tolist()  # type: ignore[assignment]
+        return self.rollout_config.replace(temperature=0.0, top_p=None, top_k=None, **fields)
 
 
 def unwrap_peft(model: Any) -> Any:

@@ -21,6 +21,7 @@ import torch
 
 RewardFunc = Callable[..., Sequence[float | None]]
 SCALE_REWARDS = ("group", "batch", "none")
+MULTI_OBJECTIVE_AGGREGATIONS = ("sum_then_normalize", "normalize_then_sum")
 
 
 def reward_name(func: Any) -> str:
@@ -156,6 +157,53 @@ def group_advantages(rewards: torch.Tensor, num_generations: int, scale: str = "
     if scale == "batch":
         return centred / (rewards.std() + 1e-4)
     return centred
+
+
+def _nanstd(values: torch.Tensor, dim: int) -> torch.Tensor:
+    """Sample standard deviation over `dim` ignoring NaN (keepdim); NaN where fewer than 2 values."""
+    count = (~torch.isnan(values)).sum(dim=dim, keepdim=True)
+    centred = values - torch.nanmean(values, dim=dim, keepdim=True)
+    return (torch.nansum(centred**2, dim=dim, keepdim=True) / (count - 1)).sqrt()
+
+
+def policy_advantages(
+    rewards: torch.Tensor,
+    weights: Sequence[float] | None,
+    num_generations: int,
+    scale: str = "group",
+    aggregation: str = "sum_then_normalize",
+) -> torch.Tensor:
+    """Advantages `[B]` from the per-function rewards `[B, F]` (NaN = no opinion), as TRL's GRPO forms them.
+
+    - `"sum_then_normalize"`: the weighted sum of the rewards (`combine_rewards`), then
+      `group_advantages` with `scale`.
+    - `"normalize_then_sum"` (GDPO): each function's rewards are normalised within their group
+      (mean 0, std 1, ignoring None), summed with the weights, and the sum normalised over the
+      batch (`scale` does not apply, as in TRL).
+
+    Examples:
+        >>> import torch
+        >>> r = torch.tensor([[1.0, 0.0], [0.0, 0.0], [0.0, 10.0], [0.0, 0.0]])  # 2 groups, 2 functions
+        >>> policy_advantages(r, None, 2, scale="none").tolist()  # the larger reward scale dominates
+        [0.5, -0.5, 5.0, -5.0]
+        >>> [round(a, 2) for a in policy_advantages(r, None, 2, aggregation="normalize_then_sum").tolist()]
+        [0.87, -0.87, 0.87, -0.87]
+    """
+    if aggregation not in MULTI_OBJECTIVE_AGGREGATIONS:
+        raise ValueError(
+            f"`multi_objective_aggregation` must be one of {list(MULTI_OBJECTIVE_AGGREGATIONS)}, got "
+            f"{aggregation!r}."
+        )
+    if aggregation == "sum_then_normalize":
+        total, _ = combine_rewards(rewards, weights)  # [B]
+        return group_advantages(total, num_generations, scale)
+    w = torch.ones(rewards.shape[1]) if weights is None else torch.tensor(list(weights), dtype=torch.float32)
+    grouped = rewards.view(-1, num_generations, rewards.shape[1])  # [P, G, F]
+    std = _nanstd(grouped, dim=1) if num_generations > 1 else torch.zeros_like(grouped[:, :1])  # [P, 1, F]
+    z = (grouped - torch.nanmean(grouped, dim=1, keepdim=True)) / (std.nan_to_num(0.0) + 1e-4)  # [P, G, F]
+    total = torch.nansum(z.view(rewards.shape) * w[None], dim=1)  # [B] (0 when unscored)
+    spread = total.std() if total.numel() > 1 else torch.zeros(())
+    return (total - total.mean()) / (spread + 1e-4)  # [B]
 
 
 def _text(completion: Any) -> str:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import torch
 from trl import SFTConfig
 
+from .config_fields import SFT_REFUSED, check_refused
 from .corruption import check_rate_range
 from .diffusion_forward import ATTENTION_FORMS
 from .objective import MASK_LOSS_WEIGHTINGS
@@ -21,7 +22,10 @@ class EditSFTConfig(SFTConfig):
     It parses with `TrlParser` / `HfArgumentParser` and loads from YAML like any TRL config. Defaults
     that differ from `SFTConfig`: `bf16` is on only when a CUDA device supports it (TRL turns it on
     everywhere), and `packing` / `padding_free` are refused (block-diffusion attention needs one
-    example per row).
+    example per row). Every other `SFTConfig` / `TrainingArguments` field is honoured or refused with
+    an error naming it (the lists: `dllm_edit.trainers.config_fields`): e.g. `loss_type="dft"`,
+    `use_liger_kernel` and `label_smoothing_factor` are refused; `router_aux_loss_coef` is honoured
+    (MoE models add the router load-balancing loss, as in TRL's SFT).
 
     Attributes:
         mask_rate_min (float): lowest mask rate `t` (default 0.1). `t ~ U[min, max]` is drawn per
@@ -139,6 +143,7 @@ class EditSFTConfig(SFTConfig):
     )
 
     def __post_init__(self) -> None:
+        check_refused(self, SFTConfig, SFT_REFUSED, "EditSFTTrainer")  # before anything is resolved or loaded
         if self.bf16 is None and not self.fp16:
             self.bf16 = bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
         super().__post_init__()
@@ -185,11 +190,6 @@ class EditSFTConfig(SFTConfig):
         for name in ("edit_loss_weight", "clean_loss_weight"):
             if getattr(self, name) < 0:
                 raise ValueError(f"`{name}` must be >= 0, got {getattr(self, name)!r}.")
-        if self.packing or self.padding_free:
-            raise ValueError(
-                "`packing` and `padding_free` are not supported by EditSFTConfig: block-diffusion attention "
-                "needs one example per row. Set packing=False and padding_free=False."
-            )
         if isinstance(self.pad_to_multiple_of, int) and self.pad_to_multiple_of % self.block_length:
             raise ValueError(
                 f"`pad_to_multiple_of`={self.pad_to_multiple_of} is not a multiple of `block_length`="

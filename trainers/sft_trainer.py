@@ -1,8 +1,11 @@
 """`EditSFTTrainer`: TRL's `SFTTrainer` with the edit-aware diffusion objective.
 
-Only documented hooks are overridden: `compute_loss` (corruption → diffusion forward(s) → mixed
-objective), `_prepare_dataset` (EOS extension of responses to a block boundary, after TRL's own
-preparation), `prediction_step` (loss only) and `log` (the three loss terms). Tokenization, chat
+Overridden: `compute_loss` (corruption → diffusion forward(s) → mixed objective, plus the MoE
+router loss), `prediction_step` (loss only), `evaluate` (the same noise every time) and two private
+methods of the parents, which may change between TRL / transformers releases (the tested version
+ranges are pinned in pyproject.toml): `SFTTrainer._prepare_dataset` (EOS extension of responses to a
+block boundary, after TRL's own preparation) and `Trainer._save` (the decoding config written with
+each checkpoint). The loss terms are logged through TRL's `_metrics`. Tokenization, chat
 templates, truncation, LoRA via `peft_config`, gradient checkpointing, accelerate / FSDP /
 DeepSpeed and checkpointing are TRL's and transformers'.
 """
@@ -15,34 +18,43 @@ import torch
 from transformers import Trainer
 from trl import SFTTrainer
 
+from dllm_edit.config import EditGenerationConfig
 from dllm_edit.kernels import candidates
+from dllm_edit.special_tokens import find_token_id
 
 from .callbacks import DecodeEvalCallback
 from .corruption import corrupt_response, mix_seed
+from .decoding_config import SavesDecodingConfig, special_ids
 from .diffusion_forward import DiffusionForward, resolve_attention_form, unwrap
+from .eos_extension import extend_to_block_end
 from .objective import edit_objective
+from .router_loss import load_balancing_loss, moe_routing, record_router_logits, router_output_spec
 from .sft_config import EditSFTConfig
 from .sft_data import check_dataset_format, conversations_to_prompt_completion, needs_chat_template
 
 _TERMS = ("drafting", "editing", "clean")
 
 
-def resolve_mask_token_id(args: EditSFTConfig, tokenizer: Any, model: Any) -> int:
-    """`args.mask_token_id`, else the tokenizer's, else the model config's; ValueError if none."""
-    config = getattr(unwrap(model), "config", None)
-    for source in (
-        args.mask_token_id,
-        getattr(tokenizer, "mask_token_id", None),
-        getattr(config, "mask_token_id", None),
-    ):
-        if source is not None:
-            return int(source)
+def resolve_mask_token_id(args: Any, tokenizer: Any, model: Any) -> int:
+    """The mask token id, looked up as decoding looks it up (`dllm_edit.special_tokens.token_id_sources`):
+    `args.mask_token_id`, the model's generation config, the tokenizer, the model config; else ValueError."""
+    found = find_token_id("mask_token_id", unwrap(model), args, tokenizer)
+    if found is not None:
+        return int(found)
     raise ValueError(
-        "EditSFTTrainer needs a mask token, and none was found: EditSFTConfig.mask_token_id is unset, the "
-        "tokenizer has no mask_token and the model config no mask_token_id. Add one, e.g. "
-        "`tokenizer.add_special_tokens({'mask_token': '<|mask|>'})` then "
-        "`model.resize_token_embeddings(len(tokenizer))`, or pass `EditSFTConfig(mask_token_id=...)`."
+        "The trainer needs a mask token, and none was found: the config's mask_token_id is unset, and so are "
+        "the model's generation_config.mask_token_id, the tokenizer's mask_token and the model config's "
+        "mask_token_id. Add one, e.g. `tokenizer.add_special_tokens({'mask_token': '<|mask|>'})` then "
+        "`model.resize_token_embeddings(len(tokenizer))`, or pass `mask_token_id=...` in the config."
     )
+
+
+def training_eos_id(args: Any, tokenizer: Any) -> int | None:
+    """The EOS id responses end with: `args.eos_token` (TRL's field) if set, else the tokenizer's."""
+    if getattr(args, "eos_token", None) is not None:
+        return int(tokenizer.convert_tokens_to_ids(args.eos_token))
+    eos = getattr(tokenizer, "eos_token_id", None)
+    return None if eos is None else int(eos)
 
 
 def _vocab_size(model: Any) -> int:
@@ -54,21 +66,24 @@ def _vocab_size(model: Any) -> int:
 
 
 def extend_response_with_eos(example: dict[str, Any], eos_token_id: int, block_length: int) -> dict[str, Any]:
-    """Append supervised EOS tokens up to the end of the block holding the last response token.
+    """Append supervised EOS tokens up to the end of the block holding the last response token
+    (`dllm_edit.trainers.eos_extension.extend_to_block_end`, the rule EBPO's rollouts use too).
 
     Examples:
         >>> extend_response_with_eos({"input_ids": [5, 6, 7], "labels": [-100, 6, 7]}, 1, 4)
         {'input_ids': [5, 6, 7, 1], 'labels': [-100, 6, 7, 1]}
     """
     ids, labels = list(example["input_ids"]), list(example["labels"])
-    short = (-len(ids)) % block_length
-    if short and labels and labels[-1] != -100:
-        ids += [eos_token_id] * short
-        labels += [eos_token_id] * short
-    return {"input_ids": ids, "labels": labels}
+    finished = bool(labels) and labels[-1] != -100  # a response ends the example
+    extended, tail, end = extend_to_block_end(
+        torch.tensor([ids]), torch.tensor([len(ids)]), torch.tensor([finished]), eos_token_id, block_length
+    )  # [1, W], [1, W], [1]
+    width = int(end[0])
+    labels += [eos_token_id] * int(tail[0, :width].sum())
+    return {"input_ids": extended[0, :width].tolist(), "labels": labels}
 
 
-class EditSFTTrainer(SFTTrainer):
+class EditSFTTrainer(SavesDecodingConfig, SFTTrainer):
     """Edit-aware SFT for diffusion LMs (LLaDA2.1 section 3.1), as a TRL `SFTTrainer`.
 
     Each batch is corrupted (response tokens only: a fraction `t` masked, a fraction of the rest
@@ -85,8 +100,9 @@ class EditSFTTrainer(SFTTrainer):
 
     Examples:
         >>> from dllm_edit.trainers import EditSFTConfig, EditSFTTrainer
-        >>> EditSFTTrainer.__mro__[1].__name__
-        'SFTTrainer'
+        >>> from trl import SFTTrainer
+        >>> issubclass(EditSFTTrainer, SFTTrainer)
+        True
 
         A run (see the cookbook, "Edit-aware SFT with LoRA"):
 
@@ -187,11 +203,41 @@ class EditSFTTrainer(SFTTrainer):
         if generation_config is not None and getattr(generation_config, "mask_token_id", None) is None:
             generation_config.mask_token_id = self.mask_token_id
         self.never_sample = tuple(sorted(set(self._tokenizer.all_special_ids) | {self.mask_token_id}))
+        self.router = self._router_loss_setup()
         self._noise_step: int | None = None
         self._noise_micro = 0
         for callback in self.callback_handler.callbacks:
             if isinstance(callback, DecodeEvalCallback):
                 callback.bind(self)
+
+    def _router_loss_setup(self) -> tuple[type[torch.nn.Module], int, int, int] | None:
+        """`(router module class, output index, experts, top-k)` when the MoE router loss is on, else None.
+
+        TRL's `SFTTrainer` decides whether it is on (`router_aux_loss_coef`, default: the model config's
+        coefficient, on a model with `output_router_logits` in its config); the loss is computed here
+        from hooks (see `dllm_edit.trainers.router_loss`), because the model's own computation cannot
+        take the 4-D block-diffusion mask.
+        """
+        if not getattr(self, "aux_loss_enabled", False):
+            return None
+        inner = unwrap(self.model)
+        spec = router_output_spec(inner)
+        if spec is None:
+            raise ValueError(
+                f"{type(inner).__name__} is a Mixture-of-Experts model but declares no router-logit outputs "
+                "(`_can_record_outputs['router_logits']`) to compute the router loss from. Set "
+                "router_aux_loss_coef=0.0 to train without it."
+            )
+        text_config = inner.config.get_text_config()
+        text_config.output_router_logits = False  # the model's own computation takes a 2-D mask only
+        return (*spec, *moe_routing(text_config))
+
+    def _router_loss(
+        self, recorded: list[torch.Tensor], valid: torch.Tensor, experts: int, top_k: int
+    ) -> torch.Tensor:
+        """The load-balancing loss of one forward (`valid` `[B, T]`: non-padding positions of `x_t`)."""
+        tokens = torch.cat([valid, valid], dim=1) if self.attention_form == "block_diffusion" else valid
+        return load_balancing_loss(recorded, tokens, experts, top_k)  # over every token the forward ran
 
     # ---- dataset ------------------------------------------------------------------------------------------
 
@@ -210,15 +256,31 @@ class EditSFTTrainer(SFTTrainer):
         if not args.pad_response_with_eos:
             return dataset
         tokenizer = getattr(processing_class, "tokenizer", processing_class)
-        if tokenizer.eos_token_id is None:
+        eos_token_id = training_eos_id(args, tokenizer)
+        if eos_token_id is None:
             raise ValueError(
-                "`pad_response_with_eos=True` needs the tokenizer's eos_token; set one or pass "
-                "pad_response_with_eos=False."
+                "`pad_response_with_eos=True` needs an EOS token: set the tokenizer's eos_token or "
+                "`eos_token` in EditSFTConfig, or pass pad_response_with_eos=False."
             )
         return dataset.map(
             extend_response_with_eos,
-            fn_kwargs={"eos_token_id": tokenizer.eos_token_id, "block_length": args.block_length},
+            fn_kwargs={"eos_token_id": eos_token_id, "block_length": args.block_length},
         )
+
+    # ---- saving -------------------------------------------------------------------------------------------
+
+    def decoding_config(self) -> EditGenerationConfig:
+        """The decoding settings saved with every checkpoint (see `dllm_edit.trainers.decoding_config`).
+
+        The Quality preset with the trained block length and mask / EOS / pad ids; editing
+        (`editing_threshold`) is switched off when training had no random replacements
+        (`edit_rate_max=0`), as T2T edits hurt a model never trained to make them.
+        """
+        fields: dict[str, Any] = {"block_length": self.args.block_length, "mask_token_id": self.mask_token_id}
+        fields.update(special_ids(self._tokenizer, training_eos_id(self.args, self._tokenizer)))
+        if self.args.edit_rate_max == 0:
+            fields["editing_threshold"] = None
+        return EditGenerationConfig.from_mode("quality", **fields)
 
     # ---- loss ---------------------------------------------------------------------------------------------
 
@@ -304,8 +366,15 @@ class EditSFTTrainer(SFTTrainer):
         loss = torch.zeros((), device=ids.device)
         nll_sums = torch.zeros(3, device=ids.device)
         counts = torch.zeros(3, device=ids.device)
+        aux_total = torch.zeros((), device=ids.device)
         for turn in range(args.mtf_turns):
-            logits = forward(noisy, clean, valid)  # [B, T, V]
+            if self.router is None:
+                logits = forward(noisy, clean, valid)  # [B, T, V]
+            else:
+                target, index, experts, top_k = self.router
+                with record_router_logits(model, target, index) as recorded:
+                    logits = forward(noisy, clean, valid)  # [B, T, V]
+                aux_total = aux_total + self._router_loss(recorded, valid, experts, top_k) / args.mtf_turns
             terms = edit_objective(
                 logits,
                 noisy,
@@ -325,6 +394,15 @@ class EditSFTTrainer(SFTTrainer):
                 noisy, rate = self._next_draft(logits, noisy, rate, generator)
         if args.average_tokens_across_devices and num_items_in_batch is not None:
             loss = loss * self.accelerator.num_processes
+        if self.router is not None:  # a per-micro-batch mean, averaged over accumulation steps as in TRL
+            steps = (
+                getattr(self, "current_gradient_accumulation_steps", 1)
+                if num_items_in_batch is not None
+                else 1
+            )
+            loss = loss + self.router_aux_loss_coef * aux_total / steps
+            aux = self.accelerator.gather_for_metrics(aux_total.detach()[None]).mean().item()
+            self._metrics[mode]["aux_loss"].append(aux)
         self._record_terms(mode, nll_sums, counts, valid)
         return loss
 

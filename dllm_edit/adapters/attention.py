@@ -36,11 +36,34 @@ def allowed_matrix(
     """
     k_block = k_slot // block_length  # [K]
     visible = (k_block[None, :] <= q_sees[:, None]) & ~k_review[None, :]  # [Q, K]
-    k_valid = key_valid[:, k_slot]  # [B, K]
-    allowed = visible[None] & k_valid[:, None, :]  # [B, Q, K]
-    q_pad = ~key_valid[:, q_slot]  # [B, Q]
     self_key = (q_slot[:, None] == k_slot[None, :]) & ~k_review[None, :]  # [Q, K]
-    return allowed | (q_pad[:, :, None] & self_key[None])  # [B, Q, K]
+    return with_padding_rule(visible, key_valid[:, q_slot], key_valid[:, k_slot], self_key)  # [B, Q, K]
+
+
+def with_padding_rule(
+    visible: torch.Tensor, q_valid: torch.Tensor, k_valid: torch.Tensor, self_key: torch.Tensor
+) -> torch.Tensor:
+    """The padding rule every dLLM attention mask shares (decoding adapters and training forwards):
+    padding keys are hidden, and a padding query also attends to its own slot, so no softmax row is empty.
+
+    Args:
+        visible: BoolTensor `[Q, K]` (or `[B, Q, K]`), the layout's rule (which key each query may see).
+        q_valid: BoolTensor `[B, Q]`, non-padding queries.
+        k_valid: BoolTensor `[B, K]`, non-padding keys.
+        self_key: BoolTensor `[Q, K]`, the key holding each query's own slot.
+
+    Returns:
+        BoolTensor `[B, Q, K]`.
+
+    Examples:
+        >>> import torch
+        >>> valid = torch.tensor([[False, True]])  # slot 0 is padding
+        >>> eye = torch.eye(2, dtype=torch.bool)
+        >>> with_padding_rule(torch.ones(2, 2, dtype=torch.bool), valid, valid, eye)[0].int().tolist()
+        [[1, 1], [0, 1]]
+    """
+    allowed = visible & k_valid[:, None, :]  # [B, Q, K]
+    return allowed | (~q_valid[:, :, None] & self_key)  # [B, Q, K]
 
 
 def backend_mask(allowed: torch.Tensor, attn_implementation: str | None, dtype: torch.dtype) -> torch.Tensor:
