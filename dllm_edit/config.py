@@ -397,7 +397,8 @@ class EditGenerationConfig(GenerationConfig):
         if is_off("max_length", self.max_length) or self.max_length == prompt_width + self.max_new_tokens:
             return
         raise ValueError(
-            f"`max_length`={self.max_length!r} is not used by diffusion decoding: the canvas holds the prompt "
+            f"`max_length`={self.max_length!r} is not used by diffusion decoding: the canvas holds the "
+            "prompt "
             f"({prompt_width} tokens) plus `max_new_tokens`={self.max_new_tokens}. Pass "
             f"max_new_tokens={max(self.max_length - prompt_width, 1)} instead of max_length."
         )

@@ -10,8 +10,10 @@ Data flow per step (see docs/concepts/decoding.md):
 
 Rows are decoded in lockstep over global blocks; a row that has finished its block (or its whole
 completion) is frozen and stops counting forwards. There is no Python loop over rows and no
-per-row `.item()` inside a step; the loop itself syncs once per step to learn whether any row is
-still active.
+per-row `.item()` inside a step. The loop reads two scalars back from the device per step (whether
+any row is still active; whether any candidate probability is NaN/inf), a third with multi-block
+editing (whether a finished block was edited, to invalidate its cache), and two per block (the
+active rows; whether every row is done).
 """
 
 from __future__ import annotations

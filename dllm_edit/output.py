@@ -9,11 +9,13 @@ from typing import Any
 import torch
 from transformers.utils import ModelOutput
 
+from dllm_edit.special_tokens import completion_lengths
+
 
 def cut_after_first_eos(
     completion: torch.Tensor, eos: torch.Tensor, pad: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The one rule for where a completion ends: after its first EOS (inclusive).
+    """Where a completion ends: after its first EOS, inclusive (`special_tokens.completion_lengths`).
 
     Args:
         completion: LongTensor `[B, G]` of generated tokens.
@@ -29,9 +31,10 @@ def cut_after_first_eos(
         >>> cut_after_first_eos(torch.tensor([[4, 2, 5, 2]]), torch.tensor([2]), pad=0)
         (tensor([[4, 2, 0, 0]]), tensor([2]))
     """
-    is_eos = torch.isin(completion, eos)  # [B, G]
-    after_first = (is_eos.long().cumsum(-1) - is_eos.long()) > 0  # [B, G] strictly after the first EOS
-    return completion.masked_fill(after_first, pad), (~after_first).sum(-1)
+    before, has_eos = completion_lengths(completion, eos)  # [B], [B] tokens before the first EOS
+    lengths = before + has_eos.long()  # [B] the EOS itself is kept
+    kept = torch.arange(completion.shape[1], device=completion.device) < lengths[:, None]  # [B, G]
+    return completion.masked_fill(~kept, pad), lengths
 
 
 @dataclass(frozen=True)
