@@ -18,6 +18,7 @@ MODULES = [
     "dllm_edit",
     "dllm_edit.config",
     "dllm_edit.generation",
+    "dllm_edit.output",
     "dllm_edit.adapters.block_causal",
     "dllm_edit.adapters.bidirectional",
     "dllm_edit.adapters",
@@ -63,4 +64,5 @@ MODULES = [
 def test_doctests(name):
     module = importlib.import_module(name)
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0, f"{name} has no docstring examples: add one or drop it from MODULES"
     assert result.failed == 0

@@ -73,14 +73,23 @@ def test_plain_config_fields_become_processors(model):
         ids, generation_config=GenerationConfig(max_new_tokens=8, do_sample=False, suppress_tokens=banned)
     )
     assert not set(out[0, 3:].tolist()) & set(banned)
+    fields = dict(max_new_tokens=8, temperature=0.9, min_p=0.3, repetition_penalty=3.0)
+
+    def direct(**kw):
+        gen = torch.Generator().manual_seed(0)
+        return dllm_edit.generate(
+            model, ids, generation_config=cfg(eos_early_stop=False, **kw), generator=gen
+        )
+
     sampled = model.generate(
         ids,
         generator=torch.Generator().manual_seed(0),
-        generation_config=GenerationConfig(
-            max_new_tokens=8, do_sample=True, temperature=0.9, min_p=0.05, repetition_penalty=1.2
-        ),
+        generation_config=GenerationConfig(do_sample=True, **fields),
     )
-    assert sampled.shape == (1, 11)
+    # the plain config's fields are applied exactly as the same fields of an EditGenerationConfig
+    assert torch.equal(sampled, direct(**fields).sequences)
+    unfiltered = direct(max_new_tokens=8, temperature=0.9).sequences
+    assert not torch.equal(sampled, unfiltered)  # and they do something
 
 
 def test_pipeline_text_generation(model):
@@ -135,10 +144,12 @@ def test_refused_processors_and_stopping_criteria(model):
 
 def test_iterator_streamer_is_ended_even_on_error(model):
     tok = tiny_tokenizer()
-    streamer = TextIteratorStreamer(tok, skip_prompt=True)
+    # a timeout: a regression that never calls end() fails (queue.Empty) instead of hanging the suite
+    streamer = TextIteratorStreamer(tok, skip_prompt=True, timeout=30)
     dllm_edit.patch_generate(model, cfg())
-    model.generate(torch.tensor([[5, 6, 7]]), streamer=streamer)
-    assert isinstance("".join(streamer), str)  # the iterator terminates: end() was called
+    out = model.generate(torch.tensor([[5, 6, 7]]), streamer=streamer, return_dict_in_generate=True)
+    streamed = "".join(streamer)  # the iterator terminates: end() was called
+    assert streamed == tok.decode(out.completions(3)[0])
 
     class Broken(BagDenoiser):
         def forward(self, *args, **kwargs):
@@ -146,7 +157,7 @@ def test_iterator_streamer_is_ended_even_on_error(model):
                 raise RuntimeError("boom")
             return super().forward(*args, **kwargs)
 
-    streamer = TextIteratorStreamer(tok, skip_prompt=True)
+    streamer = TextIteratorStreamer(tok, skip_prompt=True, timeout=30)
     with pytest.raises(RuntimeError, match="boom"):
         dllm_edit.generate(
             Broken(vocab_size=VOCAB),
