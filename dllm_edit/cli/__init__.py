@@ -6,6 +6,7 @@ Subcommands:
     bench     accuracy / parse rate against tokens per forward over τ_mask × editing × MBE
     sft    edit-aware SFT from a TRL-style YAML recipe (`dllm-edit sft --config recipe.yaml`)
     ebpo   EBPO reinforcement learning with reward functions (`dllm-edit ebpo --config recipe.yaml`)
+    export  SGLang JointThreshold config + launch command (`dllm-edit export sglang --mode speedy --out D`)
     eval   lm-evaluation-harness with the `dllm_edit` model (`dllm-edit eval --tasks T --model_args ...`)
 
 User mistakes (a missing file, an invalid option, a model needing `--trust-remote-code`) print one
@@ -50,6 +51,12 @@ def _ebpo(argv: Sequence[str]) -> int:
     return ebpo.run(argv)
 
 
+def _export(argv: Sequence[str]) -> int:
+    from . import export
+
+    return export.run(argv)
+
+
 def _eval(argv: Sequence[str]) -> int:
     from . import evaluate
 
@@ -62,6 +69,7 @@ COMMANDS: dict[str, tuple[Callable[[Sequence[str]], int], str]] = {
     "bench": (_bench, "the speed / quality trade-off table (and plot) on held-out data"),
     "sft": (_sft, "edit-aware SFT (mixed M2T + T2T objective) from a YAML recipe or flags"),
     "ebpo": (_ebpo, "EBPO reinforcement learning with verifiable rewards, from a YAML recipe or flags"),
+    "export": (_export, "SGLang serving export: JointThreshold YAML and launch command"),
     "eval": (_eval, "lm-evaluation-harness tasks with the dllm_edit model (arguments go to lm-eval run)"),
 }
 
