@@ -56,7 +56,11 @@ def test_editing_off_really_turns_sglang_editing_off():
     [
         ({"multi_block_edit": True}, None, "multi_block_edit"),
         ({"threshold": Linear(0.9, 0.5, num_steps=4)}, None, "`threshold` is a Linear schedule"),
-        ({"editing_threshold": Linear(0.9, 0.5, num_steps=4)}, None, "`editing_threshold` is a Linear schedule"),
+        (
+            {"editing_threshold": Linear(0.9, 0.5, num_steps=4)},
+            None,
+            "`editing_threshold` is a Linear schedule",
+        ),
         ({"temperature": 0.7}, None, "temperature"),
         ({"top_k": 5}, None, "top_k"),
         ({"top_p": 0.9}, None, "top_p"),
