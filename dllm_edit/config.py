@@ -456,6 +456,28 @@ class EditGenerationConfig(GenerationConfig):
             return 2 * self.block_length + self.max_post_steps
         return cap if isinstance(cap, int) else None
 
+    # ------------------------------------------------------------------ serving export
+    def to_sglang(self, *, architecture: str | None = None, allow_approximate: bool = False) -> Any:
+        """These settings as SGLang's JointThreshold config (`dllm_edit.sglang.SGLangExport`).
+
+        Args:
+            architecture: the model's architecture (`config.architectures[0]`), checked against the
+                ones SGLang serves; None skips the check.
+            allow_approximate: drop what SGLang cannot express, warning once per setting, instead
+                of raising.
+
+        Raises:
+            dllm_edit.sglang.SGLangExportError: a setting SGLang cannot express (a ValueError).
+
+        Examples:
+            >>> cfg = EditGenerationConfig.from_mode("quality", editing_threshold=None)
+            >>> cfg.to_sglang().algorithm_config["edit_threshold"]  # editing off: p > 1 never holds
+            1.0
+        """
+        from dllm_edit.sglang import export_sglang
+
+        return export_sglang(self, architecture=architecture, allow_approximate=allow_approximate)
+
     # ------------------------------------------------------------------ serialisation
     def to_dict(self) -> dict[str, Any]:
         """Serialise to a JSON-ready dict; schedules and strategies become dicts with their type name."""

@@ -124,8 +124,80 @@ def elbo_token_logps(
     t = elbo_timesteps(seeds, num_timesteps, t_min, t_max)  # [B, N]
     weights = elbo_weights(t, weighting).to(clean.device)  # [B, N]
     masks = elbo_masks(seeds, t, supervised).to(clean.device)  # [N, B, T]
+    return weighted_masked_logps(forward, clean, valid, masks, weights, mask_token_id=mask_token_id)
+
+
+def count_masks(
+    seeds: torch.Tensor, num_samples: int, supervised: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stratified mask *counts*: the lower-variance ELBO estimator used to score fixed continuations.
+
+    For a continuation of `L` tokens, sample `n` masks exactly `l_n` of them, with `l_n` uniform on
+    `1..L` and stratified (`l_n = floor((n + u_n) L / N) + 1`), the positions chosen uniformly; its
+    weight is `L / (N l_n)`. Then `Σ_n w_n Σ_{i masked} log p(y_i | ·)` estimates
+    `E_l[(L / l) Σ_{i masked} log p]`, the masked-diffusion bound on `log p(y | x)` of LLaDA's
+    conditional likelihood (their evaluation estimator). Like the timestep form, every draw is a
+    function of `(seed, sample index, position)`.
+
+    Args:
+        seeds: LongTensor `[B]`, per-sample noise seeds.
+        num_samples: N, masks (forwards) per sample.
+        supervised: BoolTensor `[B, T]`, the tokens whose likelihood is estimated.
+
+    Returns:
+        `(masks, weights)`: BoolTensor `[N, B, T]` and FloatTensor `[B, N]` (0 for rows with no
+        supervised token).
+
+    Examples:
+        >>> import torch
+        >>> supervised = torch.tensor([[False, True, True, True]])
+        >>> masks, weights = count_masks(torch.tensor([3]), 3, supervised)
+        >>> masks.sum(-1).flatten().tolist(), [round(w, 3) for w in weights[0].tolist()]
+        ([1, 2, 3], [1.0, 0.5, 0.333])
+    """
+    supervised = supervised.bool()
+    length = supervised.shape[1]
+    counts_available = supervised.sum(-1)  # [B]
+    u = counter_uniform(seeds, stream=2_000_003, length=num_samples)  # [B, N]
+    strata = torch.arange(num_samples, device=seeds.device, dtype=torch.float32)  # [N]
+    frac = (strata[None] + u) / num_samples  # [B, N] in [0, 1)
+    total = counts_available[:, None].to(torch.float32)  # [B, 1]
+    counts = torch.minimum((frac * total).floor() + 1, total)  # [B, N] in 1..L (0 when L = 0)
+    weights = torch.where(total > 0, total / (counts.clamp_min(1) * num_samples), 0.0)  # [B, N]
+    masks = []
+    for n in range(num_samples):
+        draws = counter_uniform(seeds, n, length).masked_fill(~supervised, 2.0)  # [B, T]
+        rank = draws.argsort(-1).argsort(-1)  # [B, T] rank of each position's draw
+        masks.append(rank < counts[:, n, None])  # [B, T]
+    return torch.stack(masks), weights  # [N, B, T], [B, N]
+
+
+def weighted_masked_logps(
+    forward: DiffusionForward,
+    clean: torch.Tensor,
+    valid: torch.Tensor,
+    masks: torch.Tensor,
+    weights: torch.Tensor,
+    *,
+    mask_token_id: int,
+) -> torch.Tensor:
+    """`Σ_n w_n 1[i masked in draw n] log p(y_i | z_n)` per token: one forward per draw.
+
+    Args:
+        forward: the model's training forward (`DiffusionForward`).
+        clean: LongTensor `[B, T]`, prompt ⊕ completion, right-padded to whole blocks.
+        valid: BoolTensor `[B, T]`, non-padding positions.
+        masks: BoolTensor `[N, B, T]`, the positions masked in each draw.
+        weights: FloatTensor `[B, N]`, the weight of each draw.
+        mask_token_id: the mask token.
+
+    Returns:
+        FloatTensor `[B, T]` (differentiable through the model).
+    """
+    masks = masks.to(clean.device)
+    weights = weights.to(clean.device)
     total = torch.zeros(clean.shape, dtype=torch.float32, device=clean.device)  # [B, T]
-    for n in range(num_timesteps):
+    for n in range(masks.shape[0]):
         if not masks[n].any():
             continue
         noisy = clean.masked_fill(masks[n], mask_token_id)  # [B, T]

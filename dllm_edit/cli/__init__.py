@@ -6,6 +6,8 @@ Subcommands:
     bench     accuracy / parse rate against tokens per forward over τ_mask × editing × MBE
     sft    edit-aware SFT from a TRL-style YAML recipe (`dllm-edit sft --config recipe.yaml`)
     ebpo   EBPO reinforcement learning with reward functions (`dllm-edit ebpo --config recipe.yaml`)
+    export  SGLang JointThreshold config + launch command (`dllm-edit export sglang --mode speedy --out D`)
+    eval   lm-evaluation-harness with the `dllm_edit` model (`dllm-edit eval --tasks T --model_args ...`)
 
 User mistakes (a missing file, an invalid option, a model needing `--trust-remote-code`) print one
 line `dllm-edit <command>: error: ...` and exit with status 2; set `DLLM_EDIT_DEBUG=1` for the
@@ -49,12 +51,26 @@ def _ebpo(argv: Sequence[str]) -> int:
     return ebpo.run(argv)
 
 
+def _export(argv: Sequence[str]) -> int:
+    from . import export
+
+    return export.run(argv)
+
+
+def _eval(argv: Sequence[str]) -> int:
+    from . import evaluate
+
+    return evaluate.run(argv)
+
+
 COMMANDS: dict[str, tuple[Callable[[Sequence[str]], int], str]] = {
     "generate": (_generate, "decode a prompt with the editable decoder, drafts and edits shown live"),
     "compare": (_compare, "decode a prompt with S, Q and M2T-only, side by side with their numbers"),
     "bench": (_bench, "the speed / quality trade-off table (and plot) on held-out data"),
     "sft": (_sft, "edit-aware SFT (mixed M2T + T2T objective) from a YAML recipe or flags"),
     "ebpo": (_ebpo, "EBPO reinforcement learning with verifiable rewards, from a YAML recipe or flags"),
+    "export": (_export, "SGLang serving export: JointThreshold YAML and launch command"),
+    "eval": (_eval, "lm-evaluation-harness tasks with the dllm_edit model (arguments go to lm-eval run)"),
 }
 
 USAGE = (

@@ -1,0 +1,110 @@
+"""`dllm-edit export sglang`: write SGLang's JointThreshold YAML and its launch command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+CONFIG_NAME = "joint_threshold.yaml"
+LAUNCH_NAME = "launch_sglang.sh"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dllm-edit export sglang",
+        description="Write SGLang's JointThreshold config (YAML) and the launch command for a preset "
+        "with overrides. Settings SGLang cannot express are refused (or dropped with a warning under "
+        "--allow-approximate).",
+    )
+    parser.add_argument("--mode", default="speedy", help="preset: speedy (S) or quality (Q)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="override an EditGenerationConfig field (repeatable; the value is read as YAML: 0.6, "
+        "null, true); e.g. --set threshold=0.6 --set editing_threshold=null",
+    )
+    parser.add_argument("--model", required=True, help="model path or Hub id for --model-path")
+    parser.add_argument("--out", required=True, help="folder for the YAML and the launch script")
+    parser.add_argument("--max-running-requests", type=int, default=None)
+    parser.add_argument("--tp-size", type=int, default=None)
+    parser.add_argument(
+        "--no-trust-remote-code",
+        action="store_true",
+        help="leave --trust-remote-code out of the command (LLaDA2.x needs it)",
+    )
+    parser.add_argument(
+        "--architecture",
+        default=None,
+        help="the model's architecture (default: read from MODEL/config.json when MODEL is a folder)",
+    )
+    parser.add_argument("--allow-approximate", action="store_true", help="drop unsupported settings, warning")
+    return parser
+
+
+def _overrides(pairs: Sequence[str]) -> dict[str, Any]:
+    import yaml
+
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--set takes FIELD=VALUE, got {pair!r}.")
+        out[key.strip()] = yaml.safe_load(value)
+    return out
+
+
+def _architecture(model: str) -> str | None:
+    config = Path(model).expanduser() / "config.json"
+    if not config.is_file():
+        return None
+    architectures = json.loads(config.read_text()).get("architectures") or [None]
+    return architectures[0]
+
+
+def run(argv: Sequence[str]) -> int:
+    args = list(argv)
+    if not args or args[0] in ("-h", "--help"):
+        print("usage: dllm-edit export sglang [options]   (dllm-edit export sglang --help)")
+        return 0 if args else 2
+    if args[0] != "sglang":
+        raise ValueError(f"Unknown export target {args[0]!r}; the one target is 'sglang'.")
+    ns = build_parser().parse_args(args[1:])
+    for name in ("max_running_requests", "tp_size"):
+        value = getattr(ns, name)
+        if value is not None and value < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}.")
+    from dllm_edit.config import EditGenerationConfig
+
+    config = EditGenerationConfig.from_mode(ns.mode, **_overrides(ns.set))
+    architecture = ns.architecture or _architecture(ns.model)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        export = config.to_sglang(architecture=architecture, allow_approximate=ns.allow_approximate)
+    for warning in caught:
+        print(f"warning: {warning.message}")
+    out = Path(ns.out)
+    out.mkdir(parents=True, exist_ok=True)
+    config_path = out / CONFIG_NAME
+    config_path.write_text(export.to_yaml())
+    command = export.launch_command(
+        ns.model,
+        str(config_path),
+        trust_remote_code=not ns.no_trust_remote_code,
+        max_running_requests=ns.max_running_requests,
+        tp_size=ns.tp_size,
+    )
+    defaults = json.dumps(export.request_defaults)
+    (out / LAUNCH_NAME).write_text(
+        "#!/usr/bin/env bash\n# written by dllm-edit export sglang; per-request sampling parameters: "
+        f"{defaults}\n{command}\n"
+    )
+    print(
+        f"wrote {config_path} and {out / LAUNCH_NAME}\n{command}\nper-request sampling parameters: {defaults}"
+    )
+    return 0

@@ -1,0 +1,56 @@
+"""The process group lm-eval shards requests over (`accelerate launch` / `torchrun`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+def process_group() -> tuple[int, int]:
+    """`(rank, world_size)` of this process; starts the default process group (gloo on CPU, nccl on
+    CUDA) through accelerate when launched with several processes (`accelerate launch --multi_gpu
+    --num_processes N`, or `torchrun --nproc_per_node N`; on a machine without CUDA both give
+    CPU processes joined by gloo — `accelerate launch --cpu` starts a single process).
+    """
+    import os
+
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return 0, 1
+    from accelerate import PartialState
+
+    state = PartialState(cpu=not torch.cuda.is_available())
+    return state.process_index, state.num_processes
+
+
+def all_gather_stacked(tensor: torch.Tensor) -> torch.Tensor:
+    """Every rank's `tensor`, stacked: `[world_size, *tensor.shape]`."""
+    import torch.distributed as dist
+
+    parts = [torch.zeros_like(tensor) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, tensor)
+    return torch.stack(parts)
+
+
+def gather_to(obj: Any, dst: int) -> list[Any] | None:
+    """Every rank's `obj` as a list on rank `dst`; None elsewhere."""
+    import torch.distributed as dist
+
+    out: list[Any] | None = [None] * dist.get_world_size() if dist.get_rank() == dst else None
+    dist.gather_object(obj, out, dst=dst)
+    return out
+
+
+def all_gather_objects(obj: Any) -> list[Any]:
+    """Every rank's `obj`, on every rank."""
+    import torch.distributed as dist
+
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def barrier() -> None:
+    import torch.distributed as dist
+
+    dist.barrier()
