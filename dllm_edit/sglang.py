@@ -116,17 +116,15 @@ def export_sglang(
     temperature = config.temperature or 0.0
     if temperature > 0:
         problems.append(f"`temperature={temperature}`: JointThreshold always takes the argmax (no sampling)")
-    from transformers import GenerationConfig
-
-    plain = GenerationConfig()  # transformers' own defaults (4.57: top_k=50, top_p=1.0; 5.x: None)
-    for name in ("top_k", "top_p"):
-        value = getattr(config, name, None)
-        if (
-            value is not None
-            and value != getattr(plain, name, None)
-            and not (name == "top_p" and value == 1.0)
-        ):
-            problems.append(f"`{name}={value}`: SGLang compares the unfiltered softmax with the thresholds")
+    for name, value in config.active_sampling_filters().items():
+        problems.append(f"`{name}={value}`: JointThreshold takes the argmax (no sampling filters)")
+    if config.repetition_penalty not in (None, 1.0):
+        problems.append(
+            f"`repetition_penalty={config.repetition_penalty}`: JointThreshold has only its adjacent "
+            "`penalty_lambda` (dllm_edit's `repeat_penalty`)"
+        )
+    if config.suppress_tokens:
+        problems.append(f"`suppress_tokens={config.suppress_tokens}`: JointThreshold suppresses no tokens")
     cap = config.max_steps_per_block
     if isinstance(cap, int):
         problems.append(

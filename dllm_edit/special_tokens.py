@@ -41,10 +41,9 @@ def resolve_special_tokens(model: Any, config: Any, tokenizer: Any = None) -> Sp
     Raises:
         ValueError: when no mask token id is found anywhere.
     """
-    sources = token_id_sources(model, config, tokenizer)
 
     def ladder(name: str) -> Any:
-        return _first(*(getattr(source, name, None) for source in sources))
+        return find_token_id(name, model, config, tokenizer)
 
     mask = ladder("mask_token_id")
     if mask is None:
