@@ -248,7 +248,9 @@ class EditGenerationConfig(GenerationConfig):
             base: the config its fields are laid over.
             strict: raise on a refused field (beam search, `max_length` ...); False drops them with a
                 warning naming each (used for a model's own saved config, which the caller did not
-                write).
+                write). A model's own config that carries no dllm_edit field also keeps its
+                `use_cache` out: there it is transformers' switch for the left-to-right KV cache, and
+                the block cache follows the adapter's default.
 
         Raises:
             ValueError: `strict` and a refused field is set.
@@ -283,6 +285,10 @@ class EditGenerationConfig(GenerationConfig):
             logger.warning("Ignoring unknown generation_config field(s) %s.", unknown)
         updates = {key: value for key, value in fields.items() if key in cls.valid_fields()}
         updates.pop("do_sample", None)
+        if not strict and not set(fields) & set(_DEFAULTS):
+            # a model's own config not written by dllm_edit: its `use_cache` (True in nearly every
+            # model config) is transformers' left-to-right cache switch, not a choice of block cache
+            updates.pop("use_cache", None)
         for key, off in SAMPLING_FILTERS.items():
             if updates.get(key) == off:
                 updates[key] = None
