@@ -209,7 +209,7 @@ class EditGenerationConfig(GenerationConfig):
         for key, value in fields.items():
             setattr(new, key, value)
         if "temperature" in fields or "do_sample" in fields:
-            sampling = {key: fields[key] for key in ("temperature", "do_sample") if key in fields}
+            sampling: dict[str, Any] = {k: fields[k] for k in ("temperature", "do_sample") if k in fields}
             if "temperature" not in fields and fields["do_sample"] and _is_number(new.temperature):
                 sampling["temperature"] = new.temperature if new.temperature > 0 else None
             _reconcile_sampling(sampling)
