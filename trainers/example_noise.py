@@ -61,8 +61,9 @@ class ExampleIndexCollator:
         if any(EXAMPLE_INDEX not in example for example in examples):
             raise ValueError(
                 f"A training example has no `{EXAMPLE_INDEX}` column, which keys its corruption noise. It is "
-                "added when EditSFTTrainer prepares the dataset; with `dataset_kwargs={'skip_prepare_dataset': "
-                "True}` add it yourself: `dllm_edit.trainers.example_noise.add_example_index(dataset)`."
+                "added when EditSFTTrainer prepares the dataset; with "
+                "`dataset_kwargs={'skip_prepare_dataset': True}` add it yourself: "
+                "`dllm_edit.trainers.example_noise.add_example_index(dataset)`."
             )
         indices = torch.tensor([int(example[EXAMPLE_INDEX]) for example in examples], dtype=torch.long)  # [B]
         rest = [{k: v for k, v in example.items() if k != EXAMPLE_INDEX} for example in examples]
@@ -120,7 +121,10 @@ def corrupt_examples(
     for b, (extent, generator) in enumerate(zip(extents, generators, strict=True)):
         rows.append(
             corrupt_response(
-                input_ids[b : b + 1, :extent], response_mask[b : b + 1, :extent], generator=generator, **options
+                input_ids[b : b + 1, :extent],
+                response_mask[b : b + 1, :extent],
+                generator=generator,
+                **options,
             )
         )
     width = input_ids.shape[1]
@@ -145,7 +149,9 @@ def example_uniform(
     (1.0, never below a rate, past it)."""
     rows = [
         torch.nn.functional.pad(
-            torch.rand((1, extent), generator=generator, device=generator.device), (0, width - extent), value=1.0
+            torch.rand((1, extent), generator=generator, device=generator.device),
+            (0, width - extent),
+            value=1.0,
         )
         for extent, generator in zip(extents, generators, strict=True)
     ]

@@ -365,9 +365,9 @@ class EditSFTTrainer(SavesDecodingConfig, SFTTrainer):
         clean = torch.where(response, labels, ids)  # [B, T]
         if EXAMPLE_INDEX not in inputs:
             raise ValueError(
-                f"The batch has no `{EXAMPLE_INDEX}`, which keys each example's corruption noise: the trainer's "
-                "data collator adds it (`dllm_edit.trainers.example_noise.ExampleIndexCollator`); keep it when "
-                "replacing `trainer.data_collator`."
+                f"The batch has no `{EXAMPLE_INDEX}`, which keys each example's corruption noise: the "
+                "trainer's data collator adds it (`dllm_edit.trainers.example_noise.ExampleIndexCollator`); "
+                "keep it when replacing `trainer.data_collator`."
             )
         generators = self.noise_generators(inputs[EXAMPLE_INDEX], ids.device)
         extents = row_extents(valid, args.block_length)
