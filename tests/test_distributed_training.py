@@ -81,3 +81,16 @@ def test_ebpo_two_processes_equal_one_process(tmp_path):
     for metric in ("reward", "reward_std", "completions/mean_length", "rollout/num_forwards"):
         assert first[1][metric] == pytest.approx(first[0][metric], rel=1e-5), metric  # global-batch metrics
     assert one["logs"][-1]["ratio/mean"] != 1.0  # the reused rollouts moved the ratio: the clip path ran
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"), [("ddp", "MULTI_GPU"), ("fsdp", "FSDP"), ("zero2", "DEEPSPEED"), ("zero3", "DEEPSPEED")]
+)
+def test_accelerate_recipe_configs_load(name, kind):
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    path = Path(__file__).parents[1] / "examples" / "recipes" / "accelerate" / f"{name}.yaml"
+    config = load_config_from_file(str(path))
+    assert config.distributed_type.name == kind and config.mixed_precision == "bf16"
+    if name.startswith("zero"):
+        assert config.deepspeed_config["zero_stage"] == int(name[-1])
