@@ -36,7 +36,8 @@ def add_example_index(dataset: Any) -> Any:
 
     Examples:
         >>> from datasets import Dataset
-        >>> add_example_index(Dataset.from_list([{"input_ids": [5]}, {"input_ids": [6]}]))["example_index"]
+        >>> indexed = add_example_index(Dataset.from_list([{"input_ids": [5]}, {"input_ids": [6]}]))
+        >>> list(indexed["example_index"])
         [0, 1]
     """
     return dataset.map(_with_index, with_indices=True)
