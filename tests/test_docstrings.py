@@ -44,6 +44,8 @@ MODULES = [
     "dllm_edit.trainers.elbo",
     "dllm_edit.trainers.ebpo_loss",
     "dllm_edit.trainers.rewards",
+    "dllm_edit.trainers.distributed",
+    pytest.param("dllm_edit.trainers.example_noise", marks=needs_trl),
     pytest.param("dllm_edit.trainers.ebpo_config", marks=needs_trl),
     pytest.param("dllm_edit.trainers.ebpo_trainer", marks=needs_trl),
     pytest.param("dllm_edit.trainers.sft_config", marks=needs_trl),

@@ -167,7 +167,9 @@ def corrupt_response(
             f"{tuple(response_mask.shape)}."
         )
     excluded = {int(mask_token_id), *(int(i) for i in never_sample)}
-    allowed = torch.tensor([i for i in range(vocab_size) if i not in excluded], dtype=torch.long)  # [A]
+    keep = torch.ones(vocab_size, dtype=torch.bool)  # [V]
+    keep[[i for i in excluded if 0 <= i < vocab_size]] = False
+    allowed = keep.nonzero().flatten()  # [A]
     if allowed.numel() == 0:
         raise ValueError(
             f"No token is left to draw random replacements from: vocab_size={vocab_size} and "

@@ -3,18 +3,26 @@
 One training micro-step:
 
 1. **Rollouts.** The micro-batch's prompts are repeated `num_generations` times and decoded with
-   `dllm_edit.generate` (batched; the S or Q preset, any override such as multi-block editing),
-   sampling with a generator seeded from `(seed, step, micro-batch, rank)`.
+   `dllm_edit.generate`, one call per prompt (its group of completions batched; the S or Q preset,
+   any override such as multi-block editing), sampling with a generator seeded from
+   `(seed, step, the prompt's dataset index)`: a prompt's rollouts do not depend on the other
+   prompts of its batch, the process that holds it or the number of processes.
 2. **Rewards and advantages.** Reward functions (TRL's calling convention, see
-   `dllm_edit.trainers.rewards`) score the completions; advantages are group-relative.
-3. **Noise.** Each completion gets a noise seed: the ELBO summands (`dllm_edit.trainers.elbo`) of
-   any policy on that completion are computed on the noise drawn from it.
+   `dllm_edit.trainers.rewards`) score the completions; advantages are group-relative. Each
+   process holds whole groups; the rewards are gathered across processes first, so batch-wide
+   statistics (`scale_rewards="batch"`, GDPO's batch normalisation, the logged metrics) are those
+   of the global batch.
+3. **Noise.** Each completion gets a noise seed from `(seed, step, dataset index, generation)`:
+   the ELBO summands (`dllm_edit.trainers.elbo`) of any policy on that completion are computed on
+   the noise drawn from it.
 4. **Loss.** The ELBO summands under the current θ give the ratio of equation 5 and the clipped
    surrogate of equation 4 (`dllm_edit.trainers.ebpo_loss`). θ_old's summands are those of the
    first loss forward on the batch, detached: at that step θ *is* θ_old (the rollouts were just
    drawn from it), and one forward shares its dropout state with itself, so the first ratio is
    exactly 1 even with dropout on (`lora_dropout`, the model's own; `disable_dropout` switches
-   it off entirely). They are stored with the batch for the later iterations.
+   it off entirely). They are stored with the batch for the later iterations. The loss is the mean
+   over the global batch's ratio groups (each process's share scaled so that the data-parallel
+   gradient average gives it).
 
 With `num_iterations = μ > 1` a rollout batch is reused for μ optimizer steps (the dataloader's
 prompts of the reused steps are skipped), which is when the ratio moves away from 1 and the clip acts.
@@ -39,6 +47,7 @@ from dllm_edit.special_tokens import completion_lengths, resolve_special_tokens
 from .corruption import mix_seed
 from .decoding_config import SavesDecodingConfig, special_ids
 from .diffusion_forward import DiffusionForward, resolve_attention_form, unwrap
+from .distributed import gather_rows, global_mean_scale
 from .ebpo_config import EBPOConfig
 from .ebpo_loss import ebpo_surrogate
 from .elbo import elbo_token_logps
@@ -82,6 +91,22 @@ class Rollouts:
 
 def _identity(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
+
+
+_INDEX = "__dllm_edit_example_index__"
+
+
+class _IndexedRows(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """The prompts dataset, each row carrying its index (which seeds its rollouts and noise)."""
+
+    def __init__(self, dataset: Any) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        return {**self.dataset[index], _INDEX: index}
 
 
 class EBPOTrainer(SavesDecodingConfig, Trainer):
@@ -237,7 +262,7 @@ class EBPOTrainer(SavesDecodingConfig, Trainer):
             options["multiprocessing_context"] = getattr(args, "dataloader_multiprocessing_context", None)
             options["in_order"] = getattr(args, "dataloader_in_order", True)
         loader = DataLoader(
-            self.train_dataset,  # type: ignore[arg-type]
+            _IndexedRows(self.train_dataset),
             batch_size=args.per_device_train_batch_size // self.group_size,
             shuffle=bool(args.shuffle_dataset),
             generator=torch.Generator().manual_seed(seed),
@@ -248,7 +273,7 @@ class EBPOTrainer(SavesDecodingConfig, Trainer):
         return self.accelerator.prepare(loader)
 
     def _seed(self, *parts: int) -> int:
-        return mix_seed(self.args.seed, self.args.process_index, *parts)
+        return mix_seed(self.args.seed, *parts)
 
     # ---- rollouts -----------------------------------------------------------------------------------------
 
@@ -268,37 +293,18 @@ class EBPOTrainer(SavesDecodingConfig, Trainer):
         args = self.args
         tokenizer: Any = self.processing_class
         group = self.group_size
-        rows = [row for row in rows for _ in range(group)]
+        step = self.state.global_step
+        indices = [int(row[_INDEX]) for row in rows]
+        rows = [{k: v for k, v in row.items() if k != _INDEX} for row in rows for _ in range(group)]
         prompts = [row["prompt"] for row in rows]
+        texts = self._prompt_texts(prompts)
         encoded = tokenizer(
-            self._prompt_texts(prompts),
-            return_tensors="pt",
-            padding=True,
-            padding_side="left",
-            add_special_tokens=False,
+            texts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False
         )
         device = self.accelerator.device
         ids, attention = encoded["input_ids"].to(device), encoded["attention_mask"].to(device)  # [B, W]
-        was_training = model.training
-        model.eval()
-        try:
-            out = dllm_edit.generate(
-                model,
-                ids,
-                attention_mask=attention,
-                generation_config=self.rollout_config,
-                generator=torch.Generator(device=device).manual_seed(
-                    self._seed(self.state.global_step, self._micro_step, 1)
-                ),
-                tokenizer=tokenizer,
-                return_dict_in_generate=True,
-            )
-        finally:
-            model.train(was_training)
-        if not isinstance(out, dllm_edit.EditGenerationOutput) or out.sequences is None:
-            raise TypeError(f"generate returned {type(out).__name__} without sequences")
-        completion = out.sequences[:, ids.shape[1] :]  # [B, N]
         eos_ids = self._eos_ids().to(device)  # [E]
+        completion, out = self._decode_groups(model, texts[::group], indices, eos_ids)  # [B, N]
         first_eos, has_eos = completion_lengths(completion, eos_ids)  # [B], [B]
         completion_lists = [completion[i, : int(first_eos[i])].tolist() for i in range(completion.shape[0])]
         texts = tokenizer.batch_decode(completion_lists, skip_special_tokens=True)
@@ -315,15 +321,18 @@ class EBPOTrainer(SavesDecodingConfig, Trainer):
             trainer_state=self.state,
         )  # [B, F]
         total, unscored = combine_rewards(rewards, args.reward_weights)  # [B], [B]
+        everyone, offset = gather_rows(rewards)  # [B_global, F]: whole groups, in rank order
         advantages = policy_advantages(
-            rewards, args.reward_weights, group, args.scale_rewards, args.multi_objective_aggregation
-        ).to(device)  # [B]
+            everyone, args.reward_weights, group, args.scale_rewards, args.multi_objective_aggregation
+        )[offset : offset + len(rows)].to(device)  # [B]
 
         clean, valid, supervised = self._training_sequences(
             ids, attention, completion, first_eos, has_eos, eos_ids[0]
         )
-        noise = torch.Generator().manual_seed(self._seed(self.state.global_step, self._micro_step, 2))
-        seeds = torch.randint(0, 2**31 - 1, (len(rows),), generator=noise).to(device)  # [B]
+        seeds = torch.tensor(
+            [self._seed(step, index, 2, j) % (2**31 - 1) for index in indices for j in range(group)],
+            device=device,
+        )  # [B], per completion
         ref_logp = None
         if args.beta > 0:
             if self.ref_model is not None:
@@ -350,6 +359,54 @@ class EBPOTrainer(SavesDecodingConfig, Trainer):
             ref_logp=ref_logp,
             created_step=self.state.global_step,
         )
+
+    def _decode_groups(
+        self, model: Any, prompt_texts: list[str], indices: list[int], eos_ids: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor | None]]:
+        """Decode each prompt's group with its own generator (seeded from the step and its dataset index).
+
+        Returns:
+            `(completions [B, N] padded with EOS, {"tokens_per_forward", "num_forwards", "num_edits"}
+            each [B] or None)`.
+        """
+        tokenizer: Any = self.processing_class
+        device = self.accelerator.device
+        completions: list[torch.Tensor] = []
+        stats: dict[str, list[torch.Tensor]] = defaultdict(list)
+        was_training = model.training
+        model.eval()
+        try:
+            for text, index in zip(prompt_texts, indices, strict=True):
+                ids = tokenizer([text] * self.group_size, return_tensors="pt", add_special_tokens=False)
+                ids = ids["input_ids"].to(device)  # [G, W]
+                out = dllm_edit.generate(
+                    model,
+                    ids,
+                    generation_config=self.rollout_config,
+                    generator=torch.Generator(device=device).manual_seed(
+                        self._seed(self.state.global_step, index, 1)
+                    ),
+                    tokenizer=tokenizer,
+                    return_dict_in_generate=True,
+                )
+                if not isinstance(out, dllm_edit.EditGenerationOutput) or out.sequences is None:
+                    raise TypeError(f"generate returned {type(out).__name__} without sequences")
+                completions.append(out.sequences[:, ids.shape[1] :])  # [G, N_g]
+                for name in ("tokens_per_forward", "num_forwards", "num_edits"):
+                    value = getattr(out, name)
+                    if value is not None:
+                        stats[name].append(value.float())
+        finally:
+            model.train(was_training)
+        width = max(c.shape[1] for c in completions)
+        padded = [
+            torch.nn.functional.pad(c, (0, width - c.shape[1]), value=int(eos_ids[0])) for c in completions
+        ]
+        summary = {
+            name: torch.cat(stats[name]) if len(stats[name]) == len(completions) else None
+            for name in ("tokens_per_forward", "num_forwards", "num_edits")
+        }
+        return torch.cat(padded), summary
 
     def _training_sequences(
         self,
@@ -414,13 +471,25 @@ class EBPOTrainer(SavesDecodingConfig, Trainer):
 
     def _log_rollouts(
         self,
-        out: Any,
+        out: dict[str, torch.Tensor | None],
         rewards: torch.Tensor,
         total: torch.Tensor,
         unscored: torch.Tensor,
         first_eos: torch.Tensor,
         has_eos: torch.Tensor,
     ) -> None:
+        """Rollout metrics of the global batch (every process's rows gathered)."""
+        device = rewards.device
+        columns = [
+            total,
+            unscored.float(),
+            ((first_eos == 0) & has_eos).float(),
+            first_eos.float(),
+            *(v.to(device) for v in out.values() if v is not None),
+        ]
+        gathered, _ = gather_rows(torch.cat([torch.stack(columns, dim=1), rewards], dim=1))  # [B_global, K]
+        total, unscored_f, empty, length, *decoding = gathered[:, : len(columns)].unbind(dim=1)
+        rewards = gathered[:, len(columns) :]  # [B_global, F]
         m = self._metrics
         m["reward"].append(total.mean().item())
         m["reward_std"].append(total.std().item() if total.numel() > 1 else 0.0)
@@ -428,13 +497,12 @@ class EBPOTrainer(SavesDecodingConfig, Trainer):
             column = rewards[:, j]
             if (~torch.isnan(column)).any():
                 m[f"rewards/{reward_name(func)}"].append(torch.nanmean(column).item())
-        m["completions/unscored_fraction"].append(unscored.float().mean().item())
-        m["completions/empty_fraction"].append(((first_eos == 0) & has_eos).float().mean().item())
-        m["completions/mean_length"].append(first_eos.float().mean().item())
-        m["rollout/tokens_per_forward"].append(out.tokens_per_forward.float().mean().item())
-        m["rollout/num_forwards"].append(out.num_forwards.float().mean().item())
-        if out.num_edits is not None:
-            m["rollout/num_edits"].append(out.num_edits.float().mean().item())
+        m["completions/unscored_fraction"].append(unscored_f.mean().item())
+        m["completions/empty_fraction"].append(empty.mean().item())
+        m["completions/mean_length"].append(length.mean().item())
+        names = [f"rollout/{k}" for k, v in out.items() if v is not None]
+        for name, values in zip(names, decoding, strict=True):
+            m[name].append(values.mean().item())
 
     # ---- loss ---------------------------------------------------------------------------------------------
 
@@ -476,13 +544,18 @@ class EBPOTrainer(SavesDecodingConfig, Trainer):
             beta=self.args.beta,
         )
         m = self._metrics
-        if terms.ratio.numel():
-            m["ratio/mean"].append(terms.ratio.mean().item())
-            m["clip_ratio/low"].append(terms.clipped_low.float().mean().item())
-            m["clip_ratio/high"].append(terms.clipped_high.float().mean().item())
-        if self.args.beta > 0:
-            m["kl"].append(terms.kl.item())
-        return terms.loss
+        kl = terms.kl.expand(terms.ratio.shape)  # the local mean, weighted by the local group count
+        flags = torch.stack([terms.ratio, terms.clipped_low.float(), terms.clipped_high.float(), kl], dim=1)
+        gathered, _ = gather_rows(flags.detach())  # [groups of the global batch, 4]
+        if gathered.numel():
+            ratio, low, high, kl_all = gathered.mean(dim=0).tolist()
+            m["ratio/mean"].append(ratio)
+            m["clip_ratio/low"].append(low)
+            m["clip_ratio/high"].append(high)
+            if self.args.beta > 0:
+                m["kl"].append(kl_all)
+        # the mean over the global batch's ratio groups once DDP averages the processes' gradients
+        return terms.loss * global_mean_scale(int(terms.ratio.numel()))
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """Trainer logs plus the averaged EBPO metrics since the last log."""

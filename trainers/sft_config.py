@@ -66,9 +66,10 @@ class EditSFTConfig(SFTConfig):
         pad_response_with_eos (bool): extend each response with supervised EOS tokens to the end
             of its last block, as block decoding fills a block after the answer ends (default
             True).
-        noise_seed (int | None): seed of the corruption noise; default `seed`. The noise of a
-            micro-batch depends only on this seed, the optimizer step, the micro-batch index and
-            the process rank, so resuming from a checkpoint reproduces it.
+        noise_seed (int | None): seed of the corruption noise; default `seed`. The noise of an
+            example depends only on this seed, the optimizer step and the example's index in the
+            dataset (not on the batch, the process or the number of processes), so resuming from a
+            checkpoint, or training on more processes with the same global batch, reproduces it.
 
     Examples:
         >>> from dllm_edit.trainers import EditSFTConfig

@@ -1,12 +1,13 @@
 """`EditSFTTrainer`: TRL's `SFTTrainer` with the edit-aware diffusion objective.
 
 Overridden: `compute_loss` (corruption → diffusion forward(s) → mixed objective, plus the MoE
-router loss), `prediction_step` (loss only), `evaluate` (the same noise every time) and two private
-methods of the parents, which may change between TRL / transformers releases (the tested version
-ranges are pinned in pyproject.toml): `SFTTrainer._prepare_dataset` (EOS extension of responses to a
-block boundary, after TRL's own preparation) and `Trainer._save` (the decoding config written with
-each checkpoint). The loss terms are logged through TRL's `_metrics`. Tokenization, chat
-templates, truncation, LoRA via `peft_config`, gradient checkpointing, accelerate / FSDP /
+router loss), `prediction_step` (loss only) and three private methods of the parents, which may
+change between TRL / transformers releases (the tested version ranges are pinned in
+pyproject.toml): `SFTTrainer._prepare_dataset` (EOS extension of responses to a block boundary and
+the `example_index` column keying the noise, after TRL's own preparation),
+`Trainer._set_signature_columns_if_needed` (keeps that column) and `Trainer._save` (the decoding
+config written with each checkpoint). The loss terms are logged through TRL's `_metrics`.
+Tokenization, chat templates, truncation, LoRA via `peft_config`, gradient checkpointing, accelerate / FSDP /
 DeepSpeed and checkpointing are TRL's and transformers'.
 """
 
@@ -23,10 +24,18 @@ from dllm_edit.kernels import candidates
 from dllm_edit.special_tokens import find_token_id
 
 from .callbacks import DecodeEvalCallback
-from .corruption import corrupt_response, mix_seed
 from .decoding_config import SavesDecodingConfig, special_ids
 from .diffusion_forward import DiffusionForward, resolve_attention_form, unwrap
 from .eos_extension import extend_to_block_end
+from .example_noise import (
+    EXAMPLE_INDEX,
+    ExampleIndexCollator,
+    add_example_index,
+    corrupt_examples,
+    example_generators,
+    example_uniform,
+    row_extents,
+)
 from .objective import edit_objective
 from .router_loss import load_balancing_loss, moe_routing, record_router_logits, router_output_spec
 from .sft_config import EditSFTConfig
@@ -204,8 +213,7 @@ class EditSFTTrainer(SavesDecodingConfig, SFTTrainer):
             generation_config.mask_token_id = self.mask_token_id
         self.never_sample = tuple(sorted(set(self._tokenizer.all_special_ids) | {self.mask_token_id}))
         self.router = self._router_loss_setup()
-        self._noise_step: int | None = None
-        self._noise_micro = 0
+        self.data_collator = ExampleIndexCollator(self.data_collator)  # the index keys the noise
         for callback in self.callback_handler.callbacks:
             if isinstance(callback, DecodeEvalCallback):
                 callback.bind(self)
@@ -254,7 +262,7 @@ class EditSFTTrainer(SavesDecodingConfig, SFTTrainer):
             dataset, processing_class, args, packing, formatting_func, dataset_name
         )
         if not args.pad_response_with_eos:
-            return dataset
+            return add_example_index(dataset)
         tokenizer = getattr(processing_class, "tokenizer", processing_class)
         eos_token_id = training_eos_id(args, tokenizer)
         if eos_token_id is None:
@@ -262,10 +270,16 @@ class EditSFTTrainer(SavesDecodingConfig, SFTTrainer):
                 "`pad_response_with_eos=True` needs an EOS token: set the tokenizer's eos_token or "
                 "`eos_token` in EditSFTConfig, or pass pad_response_with_eos=False."
             )
-        return dataset.map(
+        extended = dataset.map(
             extend_response_with_eos,
             fn_kwargs={"eos_token_id": eos_token_id, "block_length": args.block_length},
         )
+        return add_example_index(extended)
+
+    def _set_signature_columns_if_needed(self) -> None:
+        super()._set_signature_columns_if_needed()  # type: ignore[misc]
+        if self._signature_columns is not None and EXAMPLE_INDEX not in self._signature_columns:
+            self._signature_columns = [*self._signature_columns, EXAMPLE_INDEX]
 
     # ---- saving -------------------------------------------------------------------------------------------
 
@@ -284,22 +298,20 @@ class EditSFTTrainer(SavesDecodingConfig, SFTTrainer):
 
     # ---- loss ---------------------------------------------------------------------------------------------
 
-    def noise_generator(self, device: torch.device) -> torch.Generator:
-        """The generator of one micro-batch's corruption noise.
+    def noise_generators(self, example_index: torch.Tensor, device: torch.device) -> list[torch.Generator]:
+        """One generator per example of a micro-batch, for its corruption noise
+        (`dllm_edit.trainers.example_noise`).
 
-        Its seed depends only on `noise_seed` (default `seed`), the optimizer step, the index of the
-        micro-batch within the step and the process rank, so a run resumed from a checkpoint draws
-        the same noise as an uninterrupted one. Evaluation uses step -1, so every evaluation scores
-        the same corruption of the evaluation set.
+        Its seed depends only on `noise_seed` (default `seed`), the optimizer step and the example's
+        index in the prepared dataset: not on the micro-batch, the process or the number of
+        processes, so one process with a batch of 2N draws the noise two processes with N draw, and
+        a run resumed from a checkpoint draws the noise an uninterrupted one draws. Evaluation uses
+        step -1, so every evaluation scores the same corruption of the evaluation set.
         """
         training = bool(getattr(self.model, "training", True))
         step = self.state.global_step if training else -1  # every evaluation scores the same corruption
-        if step != self._noise_step:
-            self._noise_step, self._noise_micro = step, 0
         base = self.args.seed if self.args.noise_seed is None else self.args.noise_seed
-        seed = mix_seed(base, step, self._noise_micro, self.args.process_index, int(training))
-        self._noise_micro += 1
-        return torch.Generator(device=device).manual_seed(seed)
+        return example_generators(base, step, example_index, training, device)
 
     def _block_aligned(
         self, inputs: dict[str, torch.Tensor]
@@ -318,12 +330,17 @@ class EditSFTTrainer(SavesDecodingConfig, SFTTrainer):
         return ids, labels, valid
 
     def _next_draft(
-        self, logits: torch.Tensor, noisy: torch.Tensor, rate: torch.Tensor, generator: torch.Generator
+        self,
+        logits: torch.Tensor,
+        noisy: torch.Tensor,
+        rate: torch.Tensor,
+        generators: list[torch.Generator],
+        extents: list[int],
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Multi-turn Forward: fill a fraction of the still-masked positions with the model's argmax."""
         predicted, _ = candidates(logits.detach(), suppress_ids=(self.mask_token_id,))  # [B, T]
         still = noisy == self.mask_token_id  # [B, T]
-        draw = torch.rand(noisy.shape, generator=generator, device=generator.device).to(noisy.device)
+        draw = example_uniform(generators, extents, noisy.shape[1], noisy.device)  # [B, T]
         fill = still & (draw < self.args.mtf_fill_rate)  # [B, T]
         rate = (rate * (1.0 - self.args.mtf_fill_rate)).clamp_min(1e-3)  # [B, T] expected mask rate left
         return torch.where(fill, predicted, noisy), rate
@@ -346,10 +363,19 @@ class EditSFTTrainer(SavesDecodingConfig, SFTTrainer):
         ids, labels, valid = self._block_aligned(inputs)
         response = labels != -100  # [B, T]
         clean = torch.where(response, labels, ids)  # [B, T]
-        generator = self.noise_generator(ids.device)
-        corruption = corrupt_response(
+        if EXAMPLE_INDEX not in inputs:
+            raise ValueError(
+                f"The batch has no `{EXAMPLE_INDEX}`, which keys each example's corruption noise: the "
+                "trainer's data collator adds it (`dllm_edit.trainers.example_noise.ExampleIndexCollator`); "
+                "keep it when replacing `trainer.data_collator`."
+            )
+        generators = self.noise_generators(inputs[EXAMPLE_INDEX], ids.device)
+        extents = row_extents(valid, args.block_length)
+        corruption = corrupt_examples(
             clean,
             response,
+            extents,
+            generators,
             mask_token_id=self.mask_token_id,
             vocab_size=self.vocab_size,
             mask_rate=(args.mask_rate_min, args.mask_rate_max),
@@ -358,7 +384,6 @@ class EditSFTTrainer(SavesDecodingConfig, SFTTrainer):
             never_sample=self.never_sample,
             editing_stream_rate=args.editing_stream_rate,
             in_context_rate=args.edit_noise_in_context,
-            generator=generator,
         )
         forward = DiffusionForward(model, self.attention_form, args.block_length)
         normalizer = response.sum() if num_items_in_batch is None else num_items_in_batch
@@ -391,7 +416,7 @@ class EditSFTTrainer(SavesDecodingConfig, SFTTrainer):
             nll_sums += terms.nll_sums.float()
             counts += terms.counts.float()
             if turn + 1 < args.mtf_turns:
-                noisy, rate = self._next_draft(logits, noisy, rate, generator)
+                noisy, rate = self._next_draft(logits, noisy, rate, generators, extents)
         if args.average_tokens_across_devices and num_items_in_batch is not None:
             loss = loss * self.accelerator.num_processes
         if self.router is not None:  # a per-micro-batch mean, averaged over accumulation steps as in TRL
@@ -421,11 +446,6 @@ class EditSFTTrainer(SavesDecodingConfig, SFTTrainer):
             tokens = self.accelerator.gather_for_metrics(valid.sum()[None]).sum().item()
             self._total_train_tokens += int(tokens)
         self._metrics[mode]["num_tokens"] = [self._total_train_tokens]
-
-    def evaluate(self, *args: Any, **kwargs: Any) -> dict[str, float]:
-        """`Trainer.evaluate`, on the same corruption noise every time it runs (comparable losses)."""
-        self._noise_step = None
-        return super().evaluate(*args, **kwargs)
 
     def prediction_step(
         self,
