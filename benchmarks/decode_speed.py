@@ -234,8 +234,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.tiny:
         if not args.vs_reference:
             p.error("--tiny needs --vs-reference")
-        args.prompt_len, args.new_tokens, args.block_length, args.batch = 20, 24, 8, 3
-        args.repeats, args.vocab, args.hidden, args.layers = 1, 64, 32, 2
+        args.prompt_len, args.new_tokens, args.block_length, args.batch = 12, 16, 8, 2
+        args.repeats, args.vocab, args.hidden, args.layers = 1, 64, 32, 1
     defaults = (5, 512, 128, 4) if args.vs_reference else (3, 2048, 64, 2)
     for name, value in zip(("repeats", "vocab", "hidden", "layers"), defaults):
         if getattr(args, name) is None:

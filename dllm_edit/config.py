@@ -58,6 +58,7 @@ _DEFAULTS: dict[str, Any] = {
     "max_steps_per_block": "auto",
     "repeat_penalty": 0.0,
     "output_trace": False,
+    "compile": False,
 }
 _SAMPLING_ONLY = ("temperature", "top_k", "top_p")
 
@@ -100,6 +101,9 @@ class EditGenerationConfig(GenerationConfig):
             max_post_steps`, None = no cap (the reference).
         repeat_penalty: adjacent-repeat (stutter) penalty λ; 0 = off, ~3 suggested for S mode.
         output_trace: record every step (`EditGenerationOutput.trace`); costs host copies.
+        compile: run the model's forward through `torch.compile` (block-causal adapter only; the
+            compiled forward is kept per model and reused by later calls). Opt-in: compilation takes
+            minutes on a CPU and pays on a GPU; the tokens are those of eager mode.
 
     Examples:
         >>> from dllm_edit import EditGenerationConfig
@@ -127,6 +131,7 @@ class EditGenerationConfig(GenerationConfig):
     max_steps_per_block: int | str | None
     repeat_penalty: float
     output_trace: bool
+    compile: bool
 
     def __init__(self, **kwargs: Any) -> None:
         ours = {key: kwargs.pop(key, default) for key, default in _DEFAULTS.items()}
@@ -244,7 +249,7 @@ class EditGenerationConfig(GenerationConfig):
             raise ValueError(f"`top_p` must be in (0, 1], got {self.top_p!r}.")
         if not isinstance(self.repeat_penalty, (int, float)) or self.repeat_penalty < 0:
             raise ValueError(f"`repeat_penalty` must be a float >= 0 (0 = off), got {self.repeat_penalty!r}.")
-        for key in ("eos_early_stop", "multi_block_edit", "suppress_mask_token", "output_trace"):
+        for key in ("eos_early_stop", "multi_block_edit", "suppress_mask_token", "output_trace", "compile"):
             if not isinstance(getattr(self, key), bool):
                 raise TypeError(f"`{key}` must be a bool, got {getattr(self, key)!r}.")
         if self.strategies is not None:

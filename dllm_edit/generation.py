@@ -108,7 +108,15 @@ def _finalize(
     return torch.cat([input_ids, completion], dim=1), lengths
 
 
-def _check_capabilities(adapter: ModelAdapter, strategies: list[Strategy], use_cache: bool) -> None:
+def _check_capabilities(
+    adapter: ModelAdapter, strategies: list[Strategy], use_cache: bool, compile: bool = False
+) -> None:
+    if compile and not adapter.supports_compile:
+        raise ValueError(
+            f"compile=True but the {adapter.name!r} adapter does not compile its forward (only "
+            "'block_causal' does). Set compile=False, or compile the model yourself: "
+            "model.forward = torch.compile(model.forward)."
+        )
     if use_cache and not adapter.supports_cache:
         raise ValueError(
             f"use_cache=True but the {adapter.name!r} adapter has no exact KV cache (every position sees "
@@ -179,7 +187,7 @@ def generate(
     adapter_obj = resolve_adapter(model, adapter)
     strategies = config.build_strategies()
     use_cache = adapter_obj.default_use_cache if config.use_cache is None else bool(config.use_cache)
-    _check_capabilities(adapter_obj, strategies, use_cache)
+    _check_capabilities(adapter_obj, strategies, use_cache, config.compile)
     layout, canvas = build_canvas(
         input_ids, attention_mask, config.block_length, config.max_new_tokens, special.mask, special.pad
     )
@@ -221,7 +229,10 @@ def _decode(
     propose: Proposer,
 ) -> tuple[torch.Tensor, torch.Tensor, list[StepRecord] | None]:
     """The block loop. Writes into `canvas` in place; returns (num_forwards, num_edits, trace)."""
-    session = adapter_obj.open(model, layout, use_cache)
+    if config.compile:  # only adapters with supports_compile take the argument
+        session = adapter_obj.open(model, layout, use_cache, compile=True)  # type: ignore[call-arg]
+    else:
+        session = adapter_obj.open(model, layout, use_cache)
     bl = layout.block_length
     batch = canvas.shape[0]
     device = canvas.device

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
@@ -45,14 +46,28 @@ class BlockCausalAdapter(ModelAdapter):
     supports_cache = True
     default_use_cache = True
     supports_multi_block_edit = True
+    supports_compile = True
 
-    def open(self, model: Any, layout: CanvasLayout, use_cache: bool) -> _BlockCausalSession:
-        return _BlockCausalSession(model, layout, use_cache)
+    def open(
+        self, model: Any, layout: CanvasLayout, use_cache: bool, compile: bool = False
+    ) -> _BlockCausalSession:
+        return _BlockCausalSession(model, layout, use_cache, compiled_forward(model) if compile else model)
+
+
+_COMPILED: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
+def compiled_forward(model: Any) -> Any:
+    """`torch.compile(model, dynamic=True)`, built once per model (later `generate` calls reuse it)."""
+    if model not in _COMPILED:
+        _COMPILED[model] = torch.compile(model, dynamic=True)
+    return _COMPILED[model]
 
 
 class _BlockCausalSession:
-    def __init__(self, model: Any, layout: CanvasLayout, use_cache: bool) -> None:
+    def __init__(self, model: Any, layout: CanvasLayout, use_cache: bool, call: Any) -> None:
         self.model = model
+        self.call = call  # the model, or its compiled forward
         self.layout = layout
         self.cache = BlockKVCache(layout.canvas_length) if use_cache else None
         accepted = forward_kwargs(model)
@@ -72,9 +87,9 @@ class _BlockCausalSession:
     def _forward(self, kwargs: dict[str, Any]) -> torch.Tensor:
         """Run the model; on the first forward, turn a rejected mask / argument into advice."""
         if not self._first_forward:
-            return output_logits(self.model, self.model(**kwargs))
+            return output_logits(self.model, self.call(**kwargs))
         try:
-            output = self.model(**kwargs)
+            output = self.call(**kwargs)
         except torch.cuda.OutOfMemoryError:  # (torch.OutOfMemoryError on torch >= 2.5) not our advice
             raise
         except (TypeError, RuntimeError) as err:
