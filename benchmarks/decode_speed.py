@@ -23,6 +23,7 @@ it; it never asserts a time).
     python benchmarks/decode_speed.py --vs-reference                    # MoE hidden 128, P=256, G=256
     python benchmarks/decode_speed.py --vs-reference --prompt-len 64 --hidden 256
     python benchmarks/decode_speed.py --vs-reference --tiny             # the CI check
+    python benchmarks/decode_speed.py --device-grid --hidden 768 --layers 8 --vocab 32000  # GPU, ~125M
 """
 
 from __future__ import annotations
@@ -211,11 +212,65 @@ def vs_reference(args: argparse.Namespace) -> bool:
     return all_identical
 
 
+def device_grid(args: argparse.Namespace) -> None:
+    """tokens/s of S vs Q, cache on vs off, compile off vs on, on `--device` in `--dtype` (a random
+    block-causal Llama; the GPU script runs it at ~100M parameters in bfloat16)."""
+    device, dtype = torch.device(args.device), getattr(torch, args.dtype)
+    model = build_model(args.vocab, args.hidden, args.layers, args.seed).to(device=device, dtype=dtype)
+    params = sum(p.numel() for p in model.parameters())
+    g = torch.Generator().manual_seed(args.seed)
+    prompts = torch.randint(0, args.vocab - 2, (args.batch, args.prompt_len), generator=g).to(device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    print(
+        f"device {torch.cuda.get_device_name() if device.type == 'cuda' else 'cpu'}, torch {torch.__version__}; "
+        f"Llama hidden {args.hidden}, {args.layers} layers, vocab {args.vocab}, {params / 1e6:.0f}M params, "
+        f"{args.dtype}; batch {args.batch}, prompt {args.prompt_len} + {args.new_tokens}, block "
+        f"{args.block_length}; median of {args.repeats} after one untimed run (compilation)"
+    )
+    print()
+    print("| preset | cache | compile | wall s | forwards | tokens/s | same tokens as cache on, eager |")
+    print("|---|---|---|---:|---:|---:|---|")
+    for mode in args.modes:
+        base = None
+        settings = [(True, False), (False, False)]
+        if device.type != "cpu" or args.compile:  # compiling takes minutes on a CPU: --compile to include it
+            settings.append((True, True))
+        for use_cache, compile_ in settings:
+            cfg = dllm_edit.EditGenerationConfig.from_mode(
+                mode,
+                max_new_tokens=args.new_tokens,
+                block_length=args.block_length,
+                mask_token_id=args.vocab - 1,
+                eos_token_id=args.vocab - 2,
+                eos_early_stop=False,
+                use_cache=use_cache,
+                compile=compile_,
+            )
+
+            def run(cfg=cfg):
+                out = dllm_edit.generate(model, prompts, generation_config=cfg)
+                sync()
+                return out
+
+            run()
+            t, out = timed(run, args.repeats)
+            base = out.sequences if base is None else base
+            print(
+                f"| {mode} | {'on' if use_cache else 'off'} | {'on' if compile_ else 'off'} | {t:.2f} "
+                f"| {int(out.num_forwards.max())} | {args.batch * args.new_tokens / t:.0f} "
+                f"| {torch.equal(out.sequences, base)} |",
+                flush=True,
+            )
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--vs-reference", action="store_true", help="time against tests/reference_decoder.py")
     p.add_argument("--tiny", action="store_true", help="seconds-long run for CI (with --vs-reference)")
     p.add_argument("--compile", action="store_true", help="EditGenerationConfig(compile=True)")
+    p.add_argument("--device-grid", action="store_true", help="S/Q x cache x compile tokens/s on --device")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     p.add_argument("--prompt-len", type=int, default=256)
     p.add_argument("--new-tokens", type=int, default=256)
     p.add_argument("--block-length", type=int, default=32)
@@ -242,6 +297,9 @@ def main(argv: list[str] | None = None) -> int:
             setattr(args, name, value)
     if args.vs_reference:
         return 0 if vs_reference(args) else 1
+    if args.device_grid:
+        device_grid(args)
+        return 0
     llama_table(args)
     return 0
 
