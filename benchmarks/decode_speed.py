@@ -222,7 +222,8 @@ def device_grid(args: argparse.Namespace) -> None:
     prompts = torch.randint(0, args.vocab - 2, (args.batch, args.prompt_len), generator=g).to(device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     print(
-        f"device {torch.cuda.get_device_name() if device.type == 'cuda' else 'cpu'}, torch {torch.__version__}; "
+        f"device {torch.cuda.get_device_name() if device.type == 'cuda' else 'cpu'}, "
+        f"torch {torch.__version__}; "
         f"Llama hidden {args.hidden}, {args.layers} layers, vocab {args.vocab}, {params / 1e6:.0f}M params, "
         f"{args.dtype}; batch {args.batch}, prompt {args.prompt_len} + {args.new_tokens}, block "
         f"{args.block_length}; median of {args.repeats} after one untimed run (compilation)"

@@ -212,7 +212,11 @@ def cpu_section(args: argparse.Namespace) -> None:
     )
     print("|---|---:|---:|---:|---:|---:|---:|")
     cases = cpu_cases(args.rows, args.vocab, args.lin_rows, args.hidden)
-    names = [n for n in dict.fromkeys(k.split("|")[0] for k in cases) if not args.cases or n.startswith(tuple(args.cases))]
+    names = [
+        n
+        for n in dict.fromkeys(k.split("|")[0] for k in cases)
+        if not args.cases or n.startswith(tuple(args.cases))
+    ]
     for name in names:
         peaks = {kind: measure_memory(f"{name}|{kind}", args) for kind in ("naive", "dispatcher")}
         mem = {kind: max(values) for kind, values in peaks.items()}

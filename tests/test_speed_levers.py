@@ -68,7 +68,12 @@ def test_compile_equals_eager():
         )
     ).eval()
     cfg = dllm_edit.EditGenerationConfig.from_mode(
-        "quality", max_new_tokens=8, block_length=4, mask_token_id=MASK, eos_token_id=EOS, eos_early_stop=False
+        "quality",
+        max_new_tokens=8,
+        block_length=4,
+        mask_token_id=MASK,
+        eos_token_id=EOS,
+        eos_early_stop=False,
     )
     prompt = torch.tensor([[5, 6, 7, 8]])
     eager = dllm_edit.generate(model, prompt, generation_config=cfg)

@@ -29,7 +29,8 @@ class BlockCausalAdapter(ModelAdapter):
     runs the model on the blocks not yet cached (the active block, plus the previous block on the
     first step of a block, plus the prompt on the very first step) and the cache is cropped back to
     the finished blocks afterwards. The cache is a `BlockKVCache`, preallocated for the canvas: a
-    step writes its new keys and values in place instead of concatenating the whole cache. With multi-block editing, a review copy of the window is appended
+    step writes its new keys and values in place instead of concatenating the whole cache. With
+    multi-block editing, a review copy of the window is appended
     to the input (see `dllm_edit.strategies.MultiBlockEdit`).
 
     The model's forward must take a 4-D attention mask `[B, 1, Q, K]` (and position ids, if it has
@@ -160,10 +161,8 @@ class _BlockCausalSession:
         assert self._inputs is not None
         q_slot, mask, positions = self._inputs
         rows_canvas = canvas if self.all_rows else canvas[self.rows]  # [R, T]
-        if window == 0:
-            input_ids = rows_canvas[:, start : (block + 1) * bl]  # [R, Q]: q_slot is a range
-        else:
-            input_ids = rows_canvas[:, q_slot]  # [R, Q]
+        # [R, Q]; without a review copy q_slot is a range: a slice, no gather
+        input_ids = rows_canvas[:, start : (block + 1) * bl] if window == 0 else rows_canvas[:, q_slot]
         kwargs: dict[str, Any] = {"input_ids": input_ids, "attention_mask": mask}
         if positions is not None:
             kwargs["position_ids"] = positions

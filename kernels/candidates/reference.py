@@ -72,7 +72,9 @@ def _candidates_chunk(
     if noise is not None:
         # Gumbel-max: argmax(x + G) is a sample of softmax(x); in place, the same operations as
         # -log(-log(u.clamp_min(1e-20)).clamp_min(1e-20)) + x
-        u = torch.rand(x.shape, generator=generator, device=x.device, dtype=torch.float32, out=noise)  # [n, V]
+        u = torch.rand(
+            x.shape, generator=generator, device=x.device, dtype=torch.float32, out=noise
+        )  # [n, V]
         key = u.clamp_min_(1e-20).log_().neg_().clamp_min_(1e-20).log_().neg_().add_(x)  # [n, V]
         token_out.copy_(torch.argmax(key, dim=-1))  # [n]
         chosen = x.gather(-1, token_out[:, None]).squeeze(-1)  # [n]
