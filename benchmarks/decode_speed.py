@@ -1,21 +1,39 @@
-"""Decoding speed of the engine on a tiny random block-causal model (CPU).
+"""Decoding speed of the engine on tiny random block-causal models (CPU).
 
-Rows: (a) cache off, batch 1 (the reference decoder's cost model: the whole window re-run at every
-step), (b) cache on, batch 1, (c) cache on, batch B, (d) cache on, batch 1, multi-block editing with
-a window of one block (the cost of MBE; its quality needs a trained model, see the shipped model).
-Each row reports the median wall time over `--repeats` runs, forwards, and tokens/s (completion
-tokens of the whole batch per second). The speed-ups are ratios measured in the same run. Outputs
-of (a) and (b) are compared token for token.
+Default run: a random Llama. Rows: (a) cache off, batch 1 (the reference decoder's cost model: the
+whole window re-run at every step), (b) cache on, batch 1, (c) cache on, batch B, (d) cache on,
+batch 1, multi-block editing with a window of one block (the cost of MBE; its quality needs a
+trained model, see the shipped model). Each row reports the median wall time over `--repeats` runs,
+forwards, and tokens/s (completion tokens of the whole batch per second). The speed-ups are ratios
+measured in the same run. Outputs of (a) and (b) are compared token for token.
 
-    python benchmarks/decode_speed.py                                   # tiny: hidden 64, 2 layers
-    python benchmarks/decode_speed.py --hidden 256 --layers 4 --vocab 4096  # small
+`--vs-reference`: `dllm_edit.generate` (defaults: cache on) against the project's port of the
+LLaDA2.1 reference decoder (`tests/reference_decoder.py`: batch 1, no cache, the whole window re-run
+at every forward) on a random block-causal MoE model (`Qwen3MoeForCausalLM`, a confident head), for
+the S and Q presets. The runs alternate in one process (reference, dllm_edit, dllm_edit batch B,
+...), so a slow spell of a shared machine hits all of them; every run's tokens are compared with the
+reference's and the script exits with status 1 on any difference. It prints, per preset, the median
+and the range of the wall times and of the per-round ratio, the batch-B vs batch-1 tokens/s, and a
+profile: the share of dllm_edit's wall time spent inside the model's forward (the rest is the
+loop, the cache, the candidate step). `--tiny` shrinks everything to a seconds-long check (CI runs
+it; it never asserts a time).
+
+    python benchmarks/decode_speed.py                                   # tiny Llama: hidden 64, 2 layers
+    python benchmarks/decode_speed.py --hidden 256 --layers 4 --vocab 4096  # small Llama
+    python benchmarks/decode_speed.py --vs-reference                    # MoE hidden 128, P=256, G=256
+    python benchmarks/decode_speed.py --vs-reference --prompt-len 64 --hidden 256
+    python benchmarks/decode_speed.py --vs-reference --tiny             # the CI check
+    python benchmarks/decode_speed.py --device-grid --hidden 768 --layers 8 --vocab 32000  # GPU, ~125M
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
@@ -38,6 +56,42 @@ def build_model(vocab: int, hidden: int, layers: int, seed: int) -> LlamaForCaus
     return LlamaForCausalLM(cfg).eval()
 
 
+def build_moe(vocab: int, hidden: int, layers: int, seed: int) -> torch.nn.Module:
+    """A random block-causal MoE decoder (Qwen3-MoE: 8 experts, 2 per token) with a confident head.
+
+    The head is scaled up (so thresholds change decisions, as on a trained model) and the mask
+    token (id `vocab - 1`) is never its argmax, so the reference decoder, which has no mask guard,
+    always finishes.
+    """
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    torch.manual_seed(seed)
+    heads = max(2, hidden // 32)
+    cfg = Qwen3MoeConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        moe_intermediate_size=hidden,
+        num_experts=8,
+        num_experts_per_tok=2,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=max(1, heads // 2),
+        head_dim=hidden // heads,
+        max_position_embeddings=4096,
+        attn_implementation="sdpa",
+    )
+    model = Qwen3MoeForCausalLM(cfg).eval()
+    old = model.lm_head
+    head = torch.nn.Linear(old.in_features, old.out_features, bias=True)
+    with torch.no_grad():
+        head.weight.copy_(old.weight * 8.0)
+        head.bias.zero_()
+        head.bias[vocab - 1] = -1e4
+    model.lm_head = head
+    return model
+
+
 def timed(fn, repeats: int):
     times, out = [], None
     for _ in range(repeats):
@@ -47,20 +101,211 @@ def timed(fn, repeats: int):
     return statistics.median(times), out
 
 
-def main() -> None:
+class ForwardTimer:
+    """Wall time spent inside `model.forward` (forward pre-hook to forward hook)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.total = 0.0
+        self.calls = 0
+        self._start = 0.0
+        model.register_forward_pre_hook(self._pre)
+        model.register_forward_hook(self._post)
+
+    def _pre(self, *_: object) -> None:
+        self._start = time.perf_counter()
+
+    def _post(self, *_: object) -> None:
+        self.total += time.perf_counter() - self._start
+        self.calls += 1
+
+
+def spread(values: list[float]) -> str:
+    """`median (min-max)` of a list of numbers."""
+    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
+
+
+def vs_reference(args: argparse.Namespace) -> bool:
+    """Time generate against the reference decoder; return True when every run's tokens matched."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from reference_decoder import reference_generate_21
+
+    model = build_moe(args.vocab, args.hidden, args.layers, args.seed)
+    params = sum(p.numel() for p in model.parameters())
+    mask_id, eos_id, pad_id = args.vocab - 1, args.vocab - 2, args.vocab - 3
+    g = torch.Generator().manual_seed(args.seed)
+    prompts = torch.randint(0, args.vocab - 3, (args.batch, args.prompt_len), generator=g)  # [B, P]
+    one = prompts[:1]  # [1, P]
+    timer = ForwardTimer(model)
+    print(
+        f"torch {torch.__version__}, {os.cpu_count()} cores, threads {torch.get_num_threads()}; model: "
+        f"Qwen3-MoE hidden {args.hidden}, {args.layers} layers, 8 experts (2 active), vocab {args.vocab}, "
+        f"{params / 1e6:.2f}M params; prompt {args.prompt_len} + {args.new_tokens} new, block "
+        f"{args.block_length}, eos_early_stop off; {args.repeats} alternating rounds (median (min-max))"
+    )
+    print()
+    print(
+        f"| preset | reference s | dllm_edit s | dllm_edit / reference | batch {args.batch} s "
+        f"| batch {args.batch} / batch 1 tokens/s | forwards | in forward | identical |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    all_identical = True
+    for mode in args.modes:
+        cfg = dllm_edit.EditGenerationConfig.from_mode(
+            mode,
+            max_new_tokens=args.new_tokens,
+            block_length=args.block_length,
+            mask_token_id=mask_id,
+            eos_token_id=eos_id,
+            pad_token_id=pad_id,
+            eos_early_stop=False,
+            **({"compile": True} if args.compile else {}),
+        )
+        ref_kw = dict(
+            mask_id=mask_id,
+            eos_id=eos_id,
+            gen_length=args.new_tokens,
+            block_length=args.block_length,
+            threshold=cfg.threshold,
+            editing_threshold=cfg.editing_threshold,
+            max_post_steps=cfg.max_post_steps,
+        )
+        ours_t, ref_t, batch_t, ratios, batch_gain, shares = [], [], [], [], [], []
+        identical = True
+        forwards = 0
+        dllm_edit.generate(model, one, generation_config=cfg)  # warm-up (and compilation)
+        for _ in range(args.repeats):
+            start = time.perf_counter()
+            ref = reference_generate_21(model, one, **ref_kw)  # [n <= G]
+            ref_t.append(time.perf_counter() - start)
+
+            timer.total = 0.0
+            start = time.perf_counter()
+            out = dllm_edit.generate(model, one, generation_config=cfg)
+            ours_t.append(time.perf_counter() - start)
+            shares.append(timer.total / ours_t[-1])
+            forwards = int(out.num_forwards[0])
+
+            start = time.perf_counter()
+            out_b = dllm_edit.generate(model, prompts, generation_config=cfg)
+            batch_t.append(time.perf_counter() - start)
+
+            ratios.append(ref_t[-1] / ours_t[-1])
+            batch_gain.append(args.batch * ours_t[-1] / batch_t[-1])
+            completion = out.sequences[0, args.prompt_len :]  # [G]
+            identical &= torch.equal(completion[: len(ref)], ref)
+            identical &= bool((completion[len(ref) :] == pad_id).all())  # cut after the first EOS
+            identical &= torch.equal(out_b.sequences[0], out.sequences[0])
+        all_identical &= identical
+        print(
+            f"| {mode} | {spread(ref_t)} | {spread(ours_t)} | {spread(ratios)}x | {spread(batch_t)} "
+            f"| {spread(batch_gain)}x | {forwards} | {statistics.median(shares):.0%} "
+            f"({min(shares):.0%}-{max(shares):.0%}) | {identical} |",
+            flush=True,
+        )
+    print()
+    print(
+        "dllm_edit: defaults of the preset (cache on), batch 1; batch row 0 must equal the prompt alone. "
+        "in forward: share of dllm_edit's batch-1 wall time inside model.forward (the rest is the "
+        "decoding loop, the cache bookkeeping and the candidate step)."
+    )
+    print(f"tokens identical to the reference in every run: {all_identical}")
+    return all_identical
+
+
+def device_grid(args: argparse.Namespace) -> None:
+    """tokens/s of S vs Q, cache on vs off, compile off vs on, on `--device` in `--dtype` (a random
+    block-causal Llama; the GPU script runs it at ~100M parameters in bfloat16)."""
+    device, dtype = torch.device(args.device), getattr(torch, args.dtype)
+    model = build_model(args.vocab, args.hidden, args.layers, args.seed).to(device=device, dtype=dtype)
+    params = sum(p.numel() for p in model.parameters())
+    g = torch.Generator().manual_seed(args.seed)
+    prompts = torch.randint(0, args.vocab - 2, (args.batch, args.prompt_len), generator=g).to(device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    print(
+        f"device {torch.cuda.get_device_name() if device.type == 'cuda' else 'cpu'}, "
+        f"torch {torch.__version__}; "
+        f"Llama hidden {args.hidden}, {args.layers} layers, vocab {args.vocab}, {params / 1e6:.0f}M params, "
+        f"{args.dtype}; batch {args.batch}, prompt {args.prompt_len} + {args.new_tokens}, block "
+        f"{args.block_length}; median of {args.repeats} after one untimed run (compilation)"
+    )
+    print()
+    print("| preset | cache | compile | wall s | forwards | tokens/s | same tokens as cache on, eager |")
+    print("|---|---|---|---:|---:|---:|---|")
+    for mode in args.modes:
+        base = None
+        settings = [(True, False), (False, False)]
+        if device.type != "cpu" or args.compile:  # compiling takes minutes on a CPU: --compile to include it
+            settings.append((True, True))
+        for use_cache, compile_ in settings:
+            cfg = dllm_edit.EditGenerationConfig.from_mode(
+                mode,
+                max_new_tokens=args.new_tokens,
+                block_length=args.block_length,
+                mask_token_id=args.vocab - 1,
+                eos_token_id=args.vocab - 2,
+                eos_early_stop=False,
+                use_cache=use_cache,
+                compile=compile_,
+            )
+
+            def run(cfg=cfg):
+                out = dllm_edit.generate(model, prompts, generation_config=cfg)
+                sync()
+                return out
+
+            run()
+            t, out = timed(run, args.repeats)
+            base = out.sequences if base is None else base
+            print(
+                f"| {mode} | {'on' if use_cache else 'off'} | {'on' if compile_ else 'off'} | {t:.2f} "
+                f"| {int(out.num_forwards.max())} | {args.batch * args.new_tokens / t:.0f} "
+                f"| {torch.equal(out.sequences, base)} |",
+                flush=True,
+            )
+
+
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--vs-reference", action="store_true", help="time against tests/reference_decoder.py")
+    p.add_argument("--tiny", action="store_true", help="seconds-long run for CI (with --vs-reference)")
+    p.add_argument("--compile", action="store_true", help="EditGenerationConfig(compile=True)")
+    p.add_argument("--device-grid", action="store_true", help="S/Q x cache x compile tokens/s on --device")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     p.add_argument("--prompt-len", type=int, default=256)
     p.add_argument("--new-tokens", type=int, default=256)
     p.add_argument("--block-length", type=int, default=32)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--mode", default="quality", choices=sorted(dllm_edit.MODES))
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--vocab", type=int, default=2048)
-    p.add_argument("--hidden", type=int, default=64)
-    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--modes", nargs="+", default=["speedy", "quality"], choices=sorted(dllm_edit.MODES))
+    p.add_argument("--repeats", type=int, default=None, help="default 3 (5 with --vs-reference)")
+    p.add_argument("--vocab", type=int, default=None, help="default 2048 (512 with --vs-reference)")
+    p.add_argument("--hidden", type=int, default=None, help="default 64 (128 with --vs-reference)")
+    p.add_argument("--layers", type=int, default=None, help="default 2 (4 with --vs-reference)")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args()
+    args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.tiny:
+        if not args.vs_reference:
+            p.error("--tiny needs --vs-reference")
+        args.prompt_len, args.new_tokens, args.block_length, args.batch = 12, 16, 8, 2
+        args.repeats, args.vocab, args.hidden, args.layers = 1, 64, 32, 1
+    defaults = (5, 512, 128, 4) if args.vs_reference else (3, 2048, 64, 2)
+    for name, value in zip(("repeats", "vocab", "hidden", "layers"), defaults):
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    if args.vs_reference:
+        return 0 if vs_reference(args) else 1
+    if args.device_grid:
+        device_grid(args)
+        return 0
+    llama_table(args)
+    return 0
 
+
+def llama_table(args: argparse.Namespace) -> None:
     model = build_model(args.vocab, args.hidden, args.layers, args.seed)
     mask_id, eos_id = args.vocab - 1, args.vocab - 2
     cfg = dllm_edit.EditGenerationConfig.from_mode(
@@ -113,4 +358,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -2,13 +2,15 @@
 
 CPU section (the dispatcher's chunked torch path; default 2048 rows x V = 157184, float32 logits):
 
-* peak extra memory of one call, naive vs dispatcher. Measured as the resident-set high-water mark
-  (Linux `VmHWM`, reset through `/proc/self/clear_refs`) minus the resident set just before the call,
-  in a fresh child process per case that has its inputs allocated and touched and has made one
-  warm-up call. The child runs with `MALLOC_MMAP_THRESHOLD_=65536`, so every tensor larger than 64 KiB
-  is its own mmap, returned to the system when freed: the resident set follows the live tensors
-  instead of glibc's heap (which would otherwise keep, and reuse, freed chunks below 32 MiB and hide
-  the chunked path's working set). This counts every byte the call touches, torch or not.
+* peak extra memory of one call, naive vs dispatcher: the worst of `--processes` (default 5) fresh
+  child processes per case. Each child allocates and touches its inputs, makes one warm-up call,
+  resets the resident-set high-water mark (Linux `VmHWM`, through `/proc/self/clear_refs`) and
+  reports the high-water mark of the measured call minus the resident set just before it. The
+  children run with the allocator's defaults, as a user's process does (glibc may or may not reuse
+  freed blocks, differently from run to run: hence several processes and the worst of them);
+  `--mmap-threshold` runs them with `MALLOC_MMAP_THRESHOLD_=65536` instead, so every tensor larger
+  than 64 KiB is its own mmap and the resident set follows the live tensors. This counts every byte
+  the call touches, torch or not.
 * wall time: median of `--repeats` calls after one warm-up, in this process, the naive and the
   dispatcher calls interleaved.
 
@@ -168,12 +170,18 @@ def memory_probe(case: str, args: argparse.Namespace) -> None:
     print(json.dumps({"extra": (peak - before) * 1024}))
 
 
-def measure_memory(case: str, args: argparse.Namespace) -> float:
-    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", MALLOC_TRIM_THRESHOLD_="65536")
+def measure_memory(case: str, args: argparse.Namespace) -> list[float]:
+    """Peak extra resident bytes of one call of `case`, in each of `args.processes` fresh processes."""
+    env = dict(os.environ)
+    if args.mmap_threshold:
+        env.update(MALLOC_MMAP_THRESHOLD_="65536", MALLOC_TRIM_THRESHOLD_="65536")
     cmd = [sys.executable, __file__, "--probe", case, "--rows", str(args.rows), "--vocab", str(args.vocab)]
     cmd += ["--lin-rows", str(args.lin_rows), "--hidden", str(args.hidden), "--threads", str(args.threads)]
-    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])["extra"]
+    peaks = []
+    for _ in range(args.processes):
+        out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
+        peaks.append(json.loads(out.strip().splitlines()[-1])["extra"])
+    return peaks
 
 
 def median_time(call: Callable[[], object], repeats: int, sync: Callable[[], None] = lambda: None) -> float:
@@ -193,18 +201,26 @@ def cpu_section(args: argparse.Namespace) -> None:
     print(
         f"# CPU: {os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} threads; "
         f"{args.rows} rows x V={args.vocab} float32 logits ({args.rows * args.vocab * 4 / MiB:.0f} MiB); "
-        f"linear: {args.lin_rows} rows, H={args.hidden}; median of {args.repeats} runs"
+        f"linear: {args.lin_rows} rows, H={args.hidden}; memory: worst of {args.processes} fresh "
+        f"processes ({'MALLOC_MMAP_THRESHOLD_=65536' if args.mmap_threshold else 'default allocator'}); "
+        f"time: median of {args.repeats} runs"
     )
     print()
     print(
-        "| case | naive peak extra MiB | dispatcher peak extra MiB | ratio "
+        "| case | naive peak extra MiB | dispatcher peak extra MiB (all processes) | ratio (worst) "
         "| naive s | dispatcher s | time ratio |"
     )
     print("|---|---:|---:|---:|---:|---:|---:|")
     cases = cpu_cases(args.rows, args.vocab, args.lin_rows, args.hidden)
-    names = dict.fromkeys(k.split("|")[0] for k in cases)
+    names = [
+        n
+        for n in dict.fromkeys(k.split("|")[0] for k in cases)
+        if not args.cases or n.startswith(tuple(args.cases))
+    ]
     for name in names:
-        mem = {kind: measure_memory(f"{name}|{kind}", args) for kind in ("naive", "dispatcher")}
+        peaks = {kind: measure_memory(f"{name}|{kind}", args) for kind in ("naive", "dispatcher")}
+        mem = {kind: max(values) for kind, values in peaks.items()}
+        each = " ".join(f"{v / MiB:.0f}" for v in peaks["dispatcher"])
         calls = {kind: cases[f"{name}|{kind}"]() for kind in ("naive", "dispatcher")}
         times: dict[str, list[float]] = {"naive": [], "dispatcher": []}
         for call in calls.values():
@@ -217,7 +233,7 @@ def cpu_section(args: argparse.Namespace) -> None:
         del calls
         secs = {kind: statistics.median(t) for kind, t in times.items()}
         print(
-            f"| {name} | {mem['naive'] / MiB:.0f} | {mem['dispatcher'] / MiB:.0f} | "
+            f"| {name} | {mem['naive'] / MiB:.0f} | {mem['dispatcher'] / MiB:.0f} ({each}) | "
             f"{mem['dispatcher'] / mem['naive']:.1%} | {secs['naive']:.3f} | {secs['dispatcher']:.3f} | "
             f"{secs['dispatcher'] / secs['naive']:.2f} |",
             flush=True,
@@ -370,6 +386,9 @@ def main() -> None:
     p.add_argument("--hidden", type=int, default=256, help="CPU hidden size of the fused linear case")
     p.add_argument("--threads", type=int, default=torch.get_num_threads())
     p.add_argument("--repeats", type=int, default=5, help="CPU timed runs (median)")
+    p.add_argument("--processes", type=int, default=5, help="fresh processes per memory case (worst)")
+    p.add_argument("--mmap-threshold", action="store_true", help="children with MALLOC_MMAP_THRESHOLD_")
+    p.add_argument("--cases", nargs="+", help="only the CPU cases whose names start with one of these")
     p.add_argument("--gpu-rows", type=int, default=2048)
     p.add_argument("--gpu-lin-rows", type=int, default=4096)
     p.add_argument("--gpu-hidden", type=int, default=4096)

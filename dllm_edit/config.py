@@ -60,6 +60,7 @@ _DEFAULTS: dict[str, Any] = {
     "max_steps_per_block": "auto",
     "repeat_penalty": 0.0,
     "output_trace": False,
+    "compile": False,
 }
 _SAMPLING_ONLY = ("temperature", "top_k", "top_p")
 # Filters of the sampling distribution, with the value that means "off" (transformers' conventions).
@@ -126,6 +127,9 @@ class EditGenerationConfig(GenerationConfig):
             max_post_steps`, None = no cap (the reference).
         repeat_penalty: adjacent-repeat (stutter) penalty λ; 0 = off, ~3 suggested for S mode.
         output_trace: record every step (`EditGenerationOutput.trace`); costs host copies.
+        compile: run the model's forward through `torch.compile` (block-causal adapter only; the
+            compiled forward is kept per model and reused by later calls). Opt-in: compilation takes
+            minutes on a CPU and pays on a GPU; the tokens are those of eager mode.
 
     Every other field inherited from `GenerationConfig` is either metadata or refused with a
     `ValueError` when set (beam search, `max_length`, `stop_strings`, `no_repeat_ngram_size`,
@@ -157,6 +161,7 @@ class EditGenerationConfig(GenerationConfig):
     max_steps_per_block: int | str | None
     repeat_penalty: float
     output_trace: bool
+    compile: bool
 
     def __init__(self, **kwargs: Any) -> None:
         ours = {key: kwargs.pop(key, default) for key, default in _DEFAULTS.items()}
@@ -359,7 +364,7 @@ class EditGenerationConfig(GenerationConfig):
             )
         if not isinstance(self.repeat_penalty, (int, float)) or self.repeat_penalty < 0:
             raise ValueError(f"`repeat_penalty` must be a float >= 0 (0 = off), got {self.repeat_penalty!r}.")
-        for key in ("eos_early_stop", "multi_block_edit", "suppress_mask_token", "output_trace"):
+        for key in ("eos_early_stop", "multi_block_edit", "suppress_mask_token", "output_trace", "compile"):
             if not isinstance(getattr(self, key), bool):
                 raise TypeError(f"`{key}` must be a bool, got {getattr(self, key)!r}.")
         if self.strategies is not None:

@@ -10,10 +10,11 @@ Data flow per step (see docs/concepts/decoding.md):
 
 Rows are decoded in lockstep over global blocks; a row that has finished its block (or its whole
 completion) is frozen and stops counting forwards. There is no Python loop over rows and no
-per-row `.item()` inside a step. The loop reads two scalars back from the device per step (whether
-any row is still active; whether any candidate probability is NaN/inf), a third with multi-block
-editing (whether a finished block was edited, to invalidate its cache), and two per block (the
-active rows; whether every row is done).
+per-row `.item()` inside a step. The loop reads the device once per step: one small tensor at the
+top of the step says whether any row is still active, whether the previous step produced a NaN/inf
+candidate probability, and (multi-block editing) the first window slot it edited. The adapter, the
+proposer and a streamer may read more (the block-causal adapter does not; `nonzero` once per block
+selects the decoding rows).
 """
 
 from __future__ import annotations
@@ -85,17 +86,16 @@ def _combine(
     return commit, edit & ~commit, new
 
 
-def _check_finite(probs: torch.Tensor, active: torch.Tensor, block: int, step: int) -> None:
-    """Raise if a candidate probability is NaN/inf: a NaN or +inf logit poisons the row's
-    log-sum-exp, so this catches bad model output without another pass over `[B, S, V]`."""
-    bad = (~torch.isfinite(probs)).any(-1) & active  # [B]
-    if bool(bad.any()):
-        rows = bad.nonzero().flatten().tolist()
-        raise ValueError(
-            f"NaN/inf logits at block {block}, step {step} (rows {rows}): the model returned NaN/inf "
-            "(check the dtype, e.g. fp16 overflow: try bfloat16/float32, the weights and the attention "
-            "backend), or a logits processor removed every token of a position."
-        )
+def _nonfinite_error(bad: torch.Tensor, block: int, step: int) -> ValueError:
+    """The error for rows `bad` (BoolTensor `[B]`) whose candidate probability was NaN/inf: a NaN or
+    +inf logit poisons the row's log-sum-exp, so this catches bad model output without another pass
+    over `[B, S, V]`."""
+    rows = bad.nonzero().flatten().tolist()
+    return ValueError(
+        f"NaN/inf logits at block {block}, step {step} (rows {rows}): the model returned NaN/inf "
+        "(check the dtype, e.g. fp16 overflow: try bfloat16/float32, the weights and the attention "
+        "backend), or a logits processor removed every token of a position."
+    )
 
 
 def _eos_done(canvas: torch.Tensor, layout: CanvasLayout, end: int, special: SpecialTokens) -> torch.Tensor:
@@ -117,7 +117,15 @@ def _finalize(
     return torch.cat([input_ids, completion], dim=1), lengths
 
 
-def _check_capabilities(adapter: ModelAdapter, strategies: list[Strategy], use_cache: bool) -> None:
+def _check_capabilities(
+    adapter: ModelAdapter, strategies: list[Strategy], use_cache: bool, compile: bool = False
+) -> None:
+    if compile and not adapter.supports_compile:
+        raise ValueError(
+            f"compile=True but the {adapter.name!r} adapter does not compile its forward (only "
+            "'block_causal' does). Set compile=False, or compile the model yourself: "
+            "model.forward = torch.compile(model.forward)."
+        )
     if use_cache and not adapter.supports_cache:
         raise ValueError(
             f"use_cache=True but the {adapter.name!r} adapter has no exact KV cache (every position sees "
@@ -191,7 +199,7 @@ def generate(
     adapter_obj = resolve_adapter(model, adapter)
     strategies = config.build_strategies()
     use_cache = adapter_obj.default_use_cache if config.use_cache is None else bool(config.use_cache)
-    _check_capabilities(adapter_obj, strategies, use_cache)
+    _check_capabilities(adapter_obj, strategies, use_cache, config.compile)
     layout, canvas = build_canvas(
         input_ids, attention_mask, config.block_length, config.max_new_tokens, special.mask, special.pad
     )
@@ -236,7 +244,10 @@ def _decode(
     propose: Proposer,
 ) -> tuple[torch.Tensor, torch.Tensor, list[StepRecord] | None]:
     """The block loop. Writes into `canvas` in place; returns (num_forwards, num_edits, trace)."""
-    session = adapter_obj.open(model, layout, use_cache)
+    if config.compile:  # only adapters with supports_compile take the argument
+        session = adapter_obj.open(model, layout, use_cache, compile=True)  # type: ignore[call-arg]
+    else:
+        session = adapter_obj.open(model, layout, use_cache)
     bl = layout.block_length
     batch = canvas.shape[0]
     device = canvas.device
@@ -255,9 +266,13 @@ def _decode(
         generated = layout.generated[:, span]  # [B, S]
         active = layout.rows_in_block(block) & ~finished  # [B]
         rows = active.nonzero().flatten()  # [R] rows that still decode: the others leave the forward batch
+        all_rows = rows.numel() == batch  # then no per-step gather / scatter of rows
         session.select_rows(rows)
         post_steps = torch.zeros(batch, dtype=torch.long, device=device)  # [B]
         steps = torch.zeros(batch, dtype=torch.long, device=device)  # [B]
+        bad = torch.zeros(batch, dtype=torch.bool, device=device)  # [B] NaN/inf candidates at the last step
+        no_edit = torch.tensor(w * bl, device=device)  # [] "no window slot edited"
+        edited_slot = no_edit  # [] first window slot edited at the last step
         step_number = 0
         while True:
             old = canvas[:, span].clone()  # [B, S] tokens at the top of the step
@@ -267,14 +282,25 @@ def _decode(
             active = active & (post_steps <= config.max_post_steps)
             if cap is not None:
                 active = active & (steps < cap)
-            if not bool(active.any()):
+            # the one read of the device per step
+            any_active, any_bad, first_slot = torch.stack(
+                [active.any().long(), bad.any().long(), edited_slot]
+            ).tolist()
+            if any_bad:
+                raise _nonfinite_error(bad, block, step_number - 1)
+            if first_slot < w * bl:  # a window block was edited: its cached keys/values are stale
+                session.invalidate_from(block - w + first_slot // bl)
+            if not any_active:
                 break
 
             logits = session.logits(canvas, block, w)  # [R, S, V]
-            row_tokens, row_probs = propose(logits, canvas[rows], span)  # [R, S], [R, S]
-            cand_tokens = old.index_copy(0, rows, row_tokens)  # [B, S] frozen rows keep their tokens
-            cand_probs = torch.zeros(old.shape, device=device).index_copy(0, rows, row_probs)  # [B, S]
-            _check_finite(cand_probs, active, block, step_number)
+            if all_rows:
+                cand_tokens, cand_probs = propose(logits, canvas, span)  # [B, S], [B, S]
+            else:
+                row_tokens, row_probs = propose(logits, canvas[rows], span)  # [R, S], [R, S]
+                cand_tokens = old.index_copy(0, rows, row_tokens)  # [B, S] frozen rows keep their tokens
+                cand_probs = torch.zeros(old.shape, device=device).index_copy(0, rows, row_probs)  # [B, S]
+            bad = (~torch.isfinite(cand_probs)).any(-1) & active  # [B]
 
             ctx = StepContext(
                 tokens=old,
@@ -313,9 +339,8 @@ def _decode(
             edited_any = edit.any(-1)  # [B]
             if w > 0:
                 window_edits = edit[:, : w * bl].any(0)  # [w*bl]
-                if bool(window_edits.any()):
-                    first_slot = int(window_edits.nonzero()[0, 0])
-                    session.invalidate_from(block - w + first_slot // bl)
+                # argmax of a bool row: its first True; no True: no_edit
+                edited_slot = torch.where(window_edits.any(), window_edits.long().argmax(), no_edit)  # []
             active = active & ~(mask_free & ~edited_any)
             step_number += 1
 

@@ -34,6 +34,7 @@ class ModelAdapter:
         supports_cache: an exact KV cache of finished blocks is available.
         default_use_cache: `use_cache=None` resolves to this.
         supports_multi_block_edit: the adapter can produce window logits that see the active block.
+        supports_compile: `open(..., compile=True)` runs the forward through `torch.compile`.
         model_types: `model.config.model_type`s (lower case) this adapter is detected for once
             registered (`register_adapter`, or the `dllm_edit.adapters` entry-point group).
     """
@@ -42,6 +43,7 @@ class ModelAdapter:
     supports_cache: ClassVar[bool] = False
     default_use_cache: ClassVar[bool] = False
     supports_multi_block_edit: ClassVar[bool] = False
+    supports_compile: ClassVar[bool] = False
     model_types: ClassVar[tuple[str, ...]] = ()
 
     def open(self, model: Any, layout: CanvasLayout, use_cache: bool) -> ForwardSession:  # pragma: no cover

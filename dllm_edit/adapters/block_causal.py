@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
@@ -17,7 +18,7 @@ from .base import (
     model_dtype,
     output_logits,
 )
-from .cache import cached_length, crop_to
+from .cache import BlockKVCache, cached_length, crop_to
 
 
 class BlockCausalAdapter(ModelAdapter):
@@ -27,7 +28,9 @@ class BlockCausalAdapter(ModelAdapter):
     values of a finished block do not depend on later blocks, so caching them is exact: each step
     runs the model on the blocks not yet cached (the active block, plus the previous block on the
     first step of a block, plus the prompt on the very first step) and the cache is cropped back to
-    the finished blocks afterwards. With multi-block editing, a review copy of the window is appended
+    the finished blocks afterwards. The cache is a `BlockKVCache`, preallocated for the canvas: a
+    step writes its new keys and values in place instead of concatenating the whole cache. With
+    multi-block editing, a review copy of the window is appended
     to the input (see `dllm_edit.strategies.MultiBlockEdit`).
 
     The model's forward must take a 4-D attention mask `[B, 1, Q, K]` (and position ids, if it has
@@ -44,18 +47,30 @@ class BlockCausalAdapter(ModelAdapter):
     supports_cache = True
     default_use_cache = True
     supports_multi_block_edit = True
+    supports_compile = True
 
-    def open(self, model: Any, layout: CanvasLayout, use_cache: bool) -> _BlockCausalSession:
-        return _BlockCausalSession(model, layout, use_cache)
+    def open(
+        self, model: Any, layout: CanvasLayout, use_cache: bool, compile: bool = False
+    ) -> _BlockCausalSession:
+        return _BlockCausalSession(model, layout, use_cache, compiled_forward(model) if compile else model)
+
+
+_COMPILED: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
+def compiled_forward(model: Any) -> Any:
+    """`torch.compile(model, dynamic=True)`, built once per model (later `generate` calls reuse it)."""
+    if model not in _COMPILED:
+        _COMPILED[model] = torch.compile(model, dynamic=True)
+    return _COMPILED[model]
 
 
 class _BlockCausalSession:
-    def __init__(self, model: Any, layout: CanvasLayout, use_cache: bool) -> None:
-        from transformers import DynamicCache
-
+    def __init__(self, model: Any, layout: CanvasLayout, use_cache: bool, call: Any) -> None:
         self.model = model
+        self.call = call  # the model, or its compiled forward
         self.layout = layout
-        self.cache = DynamicCache() if use_cache else None
+        self.cache = BlockKVCache(layout.canvas_length) if use_cache else None
         accepted = forward_kwargs(model)
         self.pass_positions = "position_ids" in accepted or "kwargs" in accepted
         self.pass_logits_to_keep = "logits_to_keep" in accepted
@@ -65,14 +80,17 @@ class _BlockCausalSession:
         self.rows = torch.arange(
             layout.offsets.shape[0], device=layout.offsets.device
         )  # [R] rows still decoding
+        self.all_rows = True  # every row of the batch still decodes: no row gather needed
         self._first_forward = True
+        self._inputs_key: tuple[int, int, int] | None = None  # what `_inputs` were built for
+        self._inputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None = None
 
     def _forward(self, kwargs: dict[str, Any]) -> torch.Tensor:
         """Run the model; on the first forward, turn a rejected mask / argument into advice."""
         if not self._first_forward:
-            return output_logits(self.model, self.model(**kwargs))
+            return output_logits(self.model, self.call(**kwargs))
         try:
-            output = self.model(**kwargs)
+            output = self.call(**kwargs)
         except torch.cuda.OutOfMemoryError:  # (torch.OutOfMemoryError on torch >= 2.5) not our advice
             raise
         except (TypeError, RuntimeError) as err:
@@ -97,10 +115,10 @@ class _BlockCausalSession:
             if self._cached() > 0:
                 self.cache.batch_select_indices(torch.searchsorted(self.rows, rows))
             else:  # nothing cached yet, but layers may hold empty tensors sized for the old rows
-                from transformers import DynamicCache
-
-                self.cache = DynamicCache()
+                self.cache = BlockKVCache(self.layout.canvas_length)
         self.rows = rows
+        self.all_rows = False
+        self._inputs_key = None
 
     def _cached(self) -> int:
         return 0 if self.cache is None else cached_length(self.cache)
@@ -109,11 +127,13 @@ class _BlockCausalSession:
         if self.cache is not None:
             crop_to(self.cache, min(self._cached(), block * self.layout.block_length))
 
-    def logits(self, canvas: torch.Tensor, block: int, window: int) -> torch.Tensor:
+    def _build_inputs(
+        self, start: int, block: int, window: int, device: torch.device
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Query slots `[Q]`, the backend's attention mask `[R, 1, Q, K]` and position ids `[R, Q]` of a
+        forward over slots `start .. block end` (plus a review copy of `window` blocks)."""
         bl = self.layout.block_length
-        device = canvas.device
         block_start, block_end = block * bl, (block + 1) * bl
-        start = self._cached()
         main = torch.arange(start, block_end, device=device)  # [M] slots run block-causally
         review = torch.arange(block_start - window * bl, block_start, device=device)  # [W*bl] review copy
         q_slot = torch.cat([main, review])  # [Q]
@@ -121,27 +141,43 @@ class _BlockCausalSession:
         k_slot = torch.cat([torch.arange(start, device=device), q_slot])  # [K] cache + inputs
         k_review = torch.zeros_like(k_slot, dtype=torch.bool)
         k_review[k_slot.numel() - review.numel() :] = True
-        rows = self.rows  # [R]
-        allowed = allowed_matrix(
-            q_slot, q_sees, k_slot, k_review, self.layout.key_valid[rows], bl
-        )  # [R, Q, K]
-
-        kwargs: dict[str, Any] = {
-            "input_ids": canvas[rows][:, q_slot],  # [R, Q]
-            "attention_mask": backend_mask(allowed, self.attn, self.dtype),  # [R, 1, Q, K]
-        }
+        key_valid = self.layout.key_valid if self.all_rows else self.layout.key_valid[self.rows]  # [R, T]
+        allowed = allowed_matrix(q_slot, q_sees, k_slot, k_review, key_valid, bl)  # [R, Q, K]
+        mask = backend_mask(allowed, self.attn, self.dtype)  # [R, 1, Q, K]
+        positions = None
         if self.pass_positions:
-            kwargs["position_ids"] = self.layout.position_ids[rows][:, q_slot]  # [R, Q]
+            all_positions = self.layout.position_ids if self.all_rows else self.layout.position_ids[self.rows]
+            positions = all_positions[:, q_slot]  # [R, Q]
+        return q_slot, mask, positions
+
+    def logits(self, canvas: torch.Tensor, block: int, window: int) -> torch.Tensor:
+        bl = self.layout.block_length
+        block_start = block * bl
+        start = self._cached()
+        key = (start, block, window)
+        if key != self._inputs_key:  # built once per block (and once more for its first step)
+            self._inputs = self._build_inputs(start, block, window, canvas.device)
+            self._inputs_key = key
+        assert self._inputs is not None
+        q_slot, mask, positions = self._inputs
+        rows_canvas = canvas if self.all_rows else canvas[self.rows]  # [R, T]
+        # [R, Q]; without a review copy q_slot is a range: a slice, no gather
+        input_ids = rows_canvas[:, start : (block + 1) * bl] if window == 0 else rows_canvas[:, q_slot]
+        kwargs: dict[str, Any] = {"input_ids": input_ids, "attention_mask": mask}
+        if positions is not None:
+            kwargs["position_ids"] = positions
         if self.cache is not None:
             kwargs[self.cache_kwarg] = self.cache
             kwargs["use_cache"] = True
         else:
             kwargs["use_cache"] = False
-        keep = bl + review.numel()
+        keep = bl + window * bl
         if self.pass_logits_to_keep:
             kwargs["logits_to_keep"] = keep
         logits = self._forward(kwargs)[:, -keep:]  # [R, bl + W*bl, V]
         if self.cache is not None:
             crop_to(self.cache, block_start)
+        if window == 0:
+            return logits  # [R, bl, V]
         # reorder to span order: window (from the review copy) then the active block
         return torch.cat([logits[:, bl:], logits[:, :bl]], dim=1)  # [R, W*bl + bl, V]

@@ -3,8 +3,9 @@
 For every row of logits, return the candidate token and its probability under the (optionally
 temperature-scaled, top-k / top-p filtered) softmax, and for `edit_candidates_reference` also the
 probability of the token currently at that position. Rows are processed in chunks so that no
-float32 copy of the whole `[N, V]` logits (let alone a kept softmax) is materialised at once: the
-working set is a few chunks of about `_CHUNK_BYTES` each.
+float32 copy of the whole `[N, V]` logits (let alone a kept softmax) is materialised at once: every
+chunk is computed in place in one preallocated float32 buffer of about `_CHUNK_BYTES` (two when
+sampling: the noise), so the working set is the same in every call and every process.
 
 Special values (the Triton kernel in `triton.py` follows the same rules):
 
@@ -45,42 +46,55 @@ def filter_top_p(logits: torch.Tensor, top_p: float) -> torch.Tensor:
 
 def _candidates_chunk(
     logits: torch.Tensor,
+    work: torch.Tensor,
+    noise: torch.Tensor | None,
     temperature: float,
     top_k: int | None,
     top_p: float | None,
     generator: torch.Generator | None,
     suppress_ids: tuple[int, ...],
+    out: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None],
     current: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    x = logits.float()  # [n, V]; the caller's tensor itself when it is float32: never written in place
+) -> None:
+    """One chunk of rows, computed in the caller's buffers (`work`, `noise`: `[n, V]` float32) and
+    written to `out` = (token `[n]`, prob `[n]`, current_prob `[n]` or None). Nothing of size `[n, V]`
+    is allocated unless top-k / top-p filtering is on."""
+    token_out, prob_out, current_out = out
+    x = work.copy_(logits)  # [n, V] float32 working copy; the caller's logits are never written
     if suppress_ids:
-        ids = torch.tensor(suppress_ids, device=x.device)
-        x = x.index_fill(-1, ids, -float("inf"))  # [n, V], a copy
+        x.index_fill_(-1, torch.tensor(suppress_ids, device=x.device), -float("inf"))
     if temperature > 0:
-        x = x / temperature
+        x.div_(temperature)
     if top_k is not None:
-        x = filter_top_k(x, top_k)
+        x.copy_(filter_top_k(x, top_k))
     if top_p is not None:
-        x = filter_top_p(x, top_p)
-    lse = torch.logsumexp(x, dim=-1)  # [n]
-    if temperature > 0:
-        # Gumbel-max: argmax(x + G) is a sample of softmax(x).
-        u = torch.rand(x.shape, generator=generator, device=x.device, dtype=torch.float32)  # [n, V]
-        # in place, the same operations as -log(-log(u.clamp_min(1e-20)).clamp_min(1e-20)) + x
+        x.copy_(filter_top_p(x, top_p))
+    if noise is not None:
+        # Gumbel-max: argmax(x + G) is a sample of softmax(x); in place, the same operations as
+        # -log(-log(u.clamp_min(1e-20)).clamp_min(1e-20)) + x
+        u = torch.rand(
+            x.shape, generator=generator, device=x.device, dtype=torch.float32, out=noise
+        )  # [n, V]
         key = u.clamp_min_(1e-20).log_().neg_().clamp_min_(1e-20).log_().neg_().add_(x)  # [n, V]
-        token = torch.argmax(key, dim=-1)  # [n]
-        chosen = x.gather(-1, token[:, None]).squeeze(-1)  # [n]
+        token_out.copy_(torch.argmax(key, dim=-1))  # [n]
+        chosen = x.gather(-1, token_out[:, None]).squeeze(-1)  # [n]
+        top = x.amax(dim=-1)  # [n]
     else:
-        chosen, token = x.max(dim=-1)  # [n], [n]
-    prob = torch.exp(chosen - lse)  # [n]
-    current_prob = None
+        chosen, index = x.max(dim=-1)  # [n], [n]
+        token_out.copy_(index)
+        top = chosen
+    at = None
     if current is not None:
         vocab = x.shape[-1]
         valid = (current >= 0) & (current < vocab)  # [n]
         at = x.gather(-1, current.clamp(0, vocab - 1)[:, None]).squeeze(-1)  # [n]
         at = at.masked_fill(~valid, -float("inf"))
-        current_prob = torch.exp(at - lse)  # [n]; NaN when the row has a NaN (lse is NaN)
-    return token, prob, current_prob
+    # log-sum-exp as torch.logsumexp computes it (an infinite max is shifted by 0), in place in `x`
+    shift = top.masked_fill(torch.isinf(top), 0.0)  # [n]
+    lse = x.sub_(shift[:, None]).exp_().sum(-1).log_().add_(shift)  # [n]
+    torch.exp(chosen - lse, out=prob_out)  # [n]
+    if current_out is not None and at is not None:
+        torch.exp(at - lse, out=current_out)  # [n]; NaN when the row has a NaN (lse is NaN)
 
 
 def _candidates_rows(
@@ -92,30 +106,41 @@ def _candidates_rows(
     suppress_ids: tuple[int, ...],
     current: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Rows in chunks of about `_CHUNK_BYTES`, all through one preallocated float32 working buffer
+    (and one noise buffer when sampling), so the memory a call adds is the same every call and
+    every process, whatever the allocator does with freed blocks."""
     lead = logits.shape[:-1]
     vocab = logits.shape[-1]
     flat = logits.reshape(-1, vocab)  # [N, V]
+    n = flat.shape[0]
+    device = logits.device
     flat_current = None if current is None else current.reshape(-1)  # [N]
-    rows = max(1, _CHUNK_BYTES // (4 * vocab * (2 if temperature > 0 else 1)))
-    tokens, probs, current_probs = [], [], []
-    for start in range(0, flat.shape[0], rows):
-        t, p, c = _candidates_chunk(
-            flat[start : start + rows],
+    rows = max(1, min(n, _CHUNK_BYTES // (4 * vocab)))
+    work = torch.empty(rows, vocab, dtype=torch.float32, device=device)  # [rows, V] reused by every chunk
+    noise = torch.empty_like(work) if temperature > 0 else None  # [rows, V]
+    token = torch.empty(n, dtype=torch.long, device=device)  # [N]
+    prob = torch.empty(n, dtype=torch.float32, device=device)  # [N]
+    current_prob = None if current is None else torch.empty_like(prob)  # [N]
+    for start in range(0, n, rows):
+        stop = min(start + rows, n)
+        m = stop - start
+        _candidates_chunk(
+            flat[start:stop],
+            work[:m],
+            None if noise is None else noise[:m],
             temperature,
             top_k,
             top_p,
             generator,
             suppress_ids,
-            None if flat_current is None else flat_current[start : start + rows],
+            (token[start:stop], prob[start:stop], None if current_prob is None else current_prob[start:stop]),
+            None if flat_current is None else flat_current[start:stop],
         )
-        tokens.append(t)
-        probs.append(p)
-        if c is not None:
-            current_probs.append(c)
-    token = torch.cat(tokens).reshape(lead)
-    prob = torch.cat(probs).reshape(lead)
-    current_prob = torch.cat(current_probs).reshape(lead) if current is not None else None
-    return token, prob, current_prob
+    return (
+        token.reshape(lead),
+        prob.reshape(lead),
+        None if current_prob is None else current_prob.reshape(lead),
+    )
 
 
 def candidates_reference(
