@@ -8,6 +8,7 @@ from typing import Any
 
 from transformers import GenerationConfig
 
+from dllm_edit.layout import BLOCK_STARTS
 from dllm_edit.strategies import (
     MultiBlockEdit,
     QuotaUnmask,
@@ -43,6 +44,7 @@ MODES: dict[str, dict[str, Any]] = {
 # Our fields and their defaults (the defaults are the Quality preset).
 _DEFAULTS: dict[str, Any] = {
     "block_length": 32,
+    "block_start": None,
     "mask_token_id": None,
     "threshold": 0.7,
     "editing_threshold": 0.5,
@@ -70,7 +72,15 @@ class EditGenerationConfig(GenerationConfig):
     class name and rebuilt on load.
 
     Args:
-        block_length: tokens per block (> 0). Blocks are aligned to absolute position 0.
+        block_length: tokens per block (> 0).
+        block_start: where blocks start (docs/concepts/canvas.md): `"absolute"` (LLaDA2.x: block
+            `k` is positions `[k*bl, (k+1)*bl)`, the first may hold the prompt's tail, the canvas is
+            rounded up to whole blocks), `"prompt_end"` (LLaDA-1, Dream: the first block starts
+            right after each row's prompt, the canvas is exactly prompt + `max_new_tokens`, the
+            last block is shorter when `block_length` does not divide `max_new_tokens`), or None:
+            the adapter's default (`"absolute"` for block-causal models, `"prompt_end"` for the
+            bidirectional, shifted and masked-LM adapters). In the quota mode (`steps`) it also
+            picks the quota rule (see `QuotaUnmask`).
         max_new_tokens: tokens to generate (`G`); the output has `P + G` columns.
         mask_token_id: the model's mask token; resolved from the model when None.
         eos_token_id: end-of-sequence id(s); resolved from the model when None.
@@ -80,8 +90,10 @@ class EditGenerationConfig(GenerationConfig):
             0.0 means "edit whenever the argmax differs" (S mode), not off.
         max_post_steps: mask-free (verification/edit) forwards allowed per block.
         num_to_transfer: minimum tokens unmasked per step (Γ fallback).
-        steps: None for LLaDA2.1 threshold decoding; an int selects the LLaDA2.0-style fixed-steps
-            quota mode (`QuotaUnmask`) with `threshold` as its confidence threshold.
+        steps: None for LLaDA2.1 threshold decoding; an int selects the fixed-steps quota mode
+            (`QuotaUnmask`, `steps` forwards per block) with `threshold` as its confidence threshold:
+            LLaDA2.0's quota (`block_length` spread over the steps) with `block_start="absolute"`,
+            LLaDA-1's (the block's masked count spread over the steps) with `"prompt_end"`.
         eos_early_stop: stop a row once a finished block leaves its completion mask-free with an EOS.
         temperature: 0 = greedy; > 0 samples (with `top_k` / `top_p` filtering).
         top_k: top-k filter of the proposal distribution (None: off).
@@ -112,6 +124,7 @@ class EditGenerationConfig(GenerationConfig):
 
     # our fields (set in __init__ from _DEFAULTS; declared here for type checkers)
     block_length: int
+    block_start: str | None
     mask_token_id: int | None
     threshold: float | Schedule
     editing_threshold: float | Schedule | None
@@ -215,6 +228,7 @@ class EditGenerationConfig(GenerationConfig):
 
     def _validate_edit_fields(self) -> None:
         _check_int("block_length", self.block_length, minimum=1)
+        _check_block_start(self.block_start)
         as_schedule(self.threshold, name="threshold")
         for key in ("editing_threshold", "multi_block_threshold"):
             if getattr(self, key) is not None:
@@ -257,16 +271,28 @@ class EditGenerationConfig(GenerationConfig):
                 )
 
     # ------------------------------------------------------------------ strategies
-    def build_strategies(self) -> list[Strategy]:
-        """The strategy list this config describes (explicit `strategies` take precedence)."""
+    def build_strategies(self, block_start: str | None = None) -> list[Strategy]:
+        """The strategy list this config describes (explicit `strategies` take precedence).
+
+        Args:
+            block_start: the block origin of the run (the adapter resolves `self.block_start`);
+                None reads `self.block_start`, and `"absolute"` when that is None too. It picks the
+                quota rule of the fixed-steps mode.
+        """
         if self.strategies is not None:
             return list(self.strategies)
+        origin = block_start or self.block_start or "absolute"
         out: list[Strategy] = []
         if self.steps is None:
             out.append(ThresholdUnmask(threshold=self.threshold, num_to_transfer=self.num_to_transfer))
         else:
             out.append(
-                QuotaUnmask(steps=self.steps, block_length=self.block_length, threshold=self.threshold)
+                QuotaUnmask(
+                    steps=self.steps,
+                    block_length=self.block_length,
+                    threshold=self.threshold,
+                    spread="masked_count" if origin == "prompt_end" else "block_length",
+                )
             )
         if self.editing_threshold is not None:
             out.append(TokenEdit(threshold=self.editing_threshold))
@@ -319,6 +345,24 @@ def _load_schedule(value: Any) -> Any:
     if isinstance(value, dict):
         return as_schedule(value)
     return value
+
+
+def _check_block_start(value: Any) -> None:
+    if value is None:
+        return
+    if not isinstance(value, str):
+        raise TypeError(
+            f"`block_start` must be None (the adapter's default), 'absolute' or 'prompt_end', "
+            f"got {type(value).__name__} {value!r}."
+        )
+    if value not in BLOCK_STARTS:
+        close = difflib.get_close_matches(value, BLOCK_STARTS, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ValueError(
+            f"`block_start` must be None (the adapter's default), 'absolute' (LLaDA2.x: blocks at "
+            f"absolute positions) or 'prompt_end' (LLaDA-1, Dream: blocks from the end of the prompt), "
+            f"got {value!r}.{hint}"
+        )
 
 
 def _check_int(name: str, value: Any, minimum: int) -> None:

@@ -23,6 +23,7 @@ from .cache import cached_length, crop_to
 class BlockCausalAdapter(ModelAdapter):
     """Adapter for block-causal diffusion LMs, with an exact KV cache of finished blocks.
 
+    Blocks start at absolute positions (`block_start="absolute"`, the only origin it accepts).
     Each position attends to its own block and all earlier blocks. Under that mask the keys and
     values of a finished block do not depend on later blocks, so caching them is exact: each step
     runs the model on the blocks not yet cached (the active block, plus the previous block on the
@@ -44,6 +45,14 @@ class BlockCausalAdapter(ModelAdapter):
     supports_cache = True
     default_use_cache = True
     supports_multi_block_edit = True
+    default_block_start = "absolute"
+    block_starts = ("absolute",)
+    block_start_refusal = (
+        "A block-causal model's attention is defined over blocks at absolute positions (block k is "
+        "positions [k*bl, (k+1)*bl), as in its training and the LLaDA2.x reference); blocks starting "
+        "after the prompt would cut the prompt into blocks that depend on its length and the batch, "
+        "which no reference defines and the exact KV cache does not cover."
+    )
 
     def open(self, model: Any, layout: CanvasLayout, use_cache: bool) -> _BlockCausalSession:
         return _BlockCausalSession(model, layout, use_cache)
