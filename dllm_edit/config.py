@@ -35,10 +35,24 @@ MODES: dict[str, dict[str, Any]] = {
         "block_length": 32,
         "temperature": 0.0,
     },
+    "llada": {
+        "block_start": "prompt_end",
+        "block_length": 32,
+        "steps": 32,
+        "threshold": 1.0,
+        "editing_threshold": None,
+        "max_post_steps": 0,
+        "num_to_transfer": 1,
+        "eos_early_stop": False,
+        "suppress_mask_token": False,
+        "temperature": 0.0,
+    },
 }
-"""LLaDA2.1 presets, by name (model card and SGLang JointThreshold defaults).
+"""Decoding presets, by name; see `EditGenerationConfig.from_mode`.
 
-`speedy` is S Mode, `quality` is Q Mode; see `EditGenerationConfig.from_mode`.
+`speedy` is LLaDA2.1's S Mode and `quality` its Q Mode (model card and SGLang JointThreshold
+defaults). `llada` is LLaDA-1's `generate` (fixed steps, semi-autoregressive blocks from the end of
+the prompt, low-confidence remasking, no editing), for bidirectional models.
 """
 
 # Our fields and their defaults (the defaults are the Quality preset).
@@ -163,7 +177,16 @@ class EditGenerationConfig(GenerationConfig):
     # ------------------------------------------------------------------ construction
     @classmethod
     def from_mode(cls, mode: str, **fields: Any) -> EditGenerationConfig:
-        """The S (`"speedy"`) or Q (`"quality"`) preset of LLaDA2.1, with `fields` overriding it.
+        """A preset of `MODES`, with `fields` overriding it.
+
+        * `"speedy"` / `"quality"`: the S and Q modes of LLaDA2.1 (block-causal models);
+        * `"llada"`: LLaDA-1's `generate(..., remasking="low_confidence")` (bidirectional models):
+          `block_start="prompt_end"`, the quota mode (`steps` forwards per block, the block's
+          masks spread over them), threshold 1.0 (pure top-quota), no editing, no post steps, no
+          EOS stop, no mask-token guard. LLaDA-1's `steps` counts all blocks; here `steps` is per
+          block (`steps = reference steps / (gen_length / block_length)`). Overriding
+          `block_length` alone sets `steps` to it (one token per step, the reference's default
+          `steps == gen_length`).
 
         Raises:
             ValueError: unknown mode.
@@ -172,6 +195,8 @@ class EditGenerationConfig(GenerationConfig):
         if mode not in MODES:
             raise ValueError(f"`mode` must be one of {sorted(MODES)}, got {mode!r}.")
         cfg = cls(**MODES[mode])
+        if cfg.steps is not None and "block_length" in fields and "steps" not in fields:
+            fields = {**fields, "steps": fields["block_length"]}
         return cfg.replace(**fields) if fields else cfg
 
     def replace(self, **fields: Any) -> EditGenerationConfig:
