@@ -365,4 +365,4 @@ def test_prompt_end_decodes_exactly_prompt_plus_new_tokens(fields):
     first = out.trace[0]
     assert first.masked.sum() == 4  # the first block starts after the prompt: no prompt token in it
     last_block = max(r.block for r in out.trace)
-    assert [r for r in out.trace if r.block == last_block][0].masked.sum() == 2  # 10 = 4 + 4 + 2
+    assert next(r for r in out.trace if r.block == last_block).masked.sum() == 2  # 10 = 4 + 4 + 2
