@@ -12,7 +12,15 @@ from .schedules import Schedule
 
 
 def rank_descending(scores: torch.Tensor) -> torch.Tensor:
-    """Rank of each entry along the last dim, 0 = largest; ties go to the lower index.
+    """Rank of each entry along the last dim, 0 = largest; exact ties go to the lower index.
+
+    The references select with `torch.topk`, whose order among exactly equal values is not
+    specified: on CPU it changes with the row length and `k` (for a row of equal values, top-1 of 4
+    entries returns the last one and of 16 the first). No rule can match it on every tie, so
+    dllm_edit takes the rule that is deterministic and independent of the batch (which batch ==
+    alone needs): the lower position first, as a stable descending sort does. With candidate
+    probabilities computed as `softmax` then gather (see `dllm_edit.kernels.candidates`), exact ties
+    need probabilities equal to float32 resolution (e.g. two near-1 values closer than 6e-8).
 
     Args:
         scores: FloatTensor `[B, S]`.

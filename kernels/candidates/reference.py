@@ -6,6 +6,14 @@ probability of the token currently at that position. Rows are processed in chunk
 float32 copy of the whole `[N, V]` logits (let alone a kept softmax) is materialised at once: the
 working set is a few chunks of about `_CHUNK_BYTES` each.
 
+The probability is computed as the references compute it, `softmax(x)[token]` (`exp(x_token -
+max) / sum(exp(x - max))`; the Triton kernel's online softmax gives the same expression), never as
+`exp(x_token - logsumexp(x))`: near 1 the latter is limited by the float32 spacing of the
+log-sum-exp (about 2e-6 for logits near 20), so distinct probabilities like 0.9999937 and 0.9999923
+collapse to one value and their order is lost. Near-1 values differing by more than float32's
+spacing below 1 (6e-8) keep their order. Exact ties are broken by the strategies toward the lower
+position (see `dllm_edit.strategies.unmask.rank_descending`).
+
 Special values (the Triton kernel in `triton.py` follows the same rules):
 
 * a NaN anywhere in a row (after suppression) makes that row's `prob` (and `current_prob`) NaN and
@@ -62,24 +70,26 @@ def _candidates_chunk(
         x = filter_top_k(x, top_k)
     if top_p is not None:
         x = filter_top_p(x, top_p)
-    lse = torch.logsumexp(x, dim=-1)  # [n]
     if temperature > 0:
         # Gumbel-max: argmax(x + G) is a sample of softmax(x).
         u = torch.rand(x.shape, generator=generator, device=x.device, dtype=torch.float32)  # [n, V]
         # in place, the same operations as -log(-log(u.clamp_min(1e-20)).clamp_min(1e-20)) + x
         key = u.clamp_min_(1e-20).log_().neg_().clamp_min_(1e-20).log_().neg_().add_(x)  # [n, V]
         token = torch.argmax(key, dim=-1)  # [n]
-        chosen = x.gather(-1, token[:, None]).squeeze(-1)  # [n]
+        del key, u  # the noise is not kept alive next to the softmax
     else:
-        chosen, token = x.max(dim=-1)  # [n], [n]
-    prob = torch.exp(chosen - lse)  # [n]
+        token = x.argmax(dim=-1)  # [n]
+    # softmax, then gather, as the reference decoders do: exp(x - max) / sum keeps near-1
+    # probabilities apart (exp(x_token - logsumexp) loses them: logsumexp's float32 spacing at
+    # |x| ~ 20 is ~2e-6, which maps 0.9999937, 0.9999923 and 0.9999911 to one value)
+    probs = torch.softmax(x, dim=-1)  # [n, V], one chunk at a time
+    prob = probs.gather(-1, token[:, None]).squeeze(-1)  # [n]; NaN for a NaN or all -inf row
     current_prob = None
     if current is not None:
         vocab = x.shape[-1]
         valid = (current >= 0) & (current < vocab)  # [n]
-        at = x.gather(-1, current.clamp(0, vocab - 1)[:, None]).squeeze(-1)  # [n]
-        at = at.masked_fill(~valid, -float("inf"))
-        current_prob = torch.exp(at - lse)  # [n]; NaN when the row has a NaN (lse is NaN)
+        at = probs.gather(-1, current.clamp(0, vocab - 1)[:, None]).squeeze(-1)  # [n]
+        current_prob = torch.where(valid, at, torch.where(prob.isnan(), prob, 0.0))  # [n]
     return token, prob, current_prob
 
 
@@ -96,7 +106,7 @@ def _candidates_rows(
     vocab = logits.shape[-1]
     flat = logits.reshape(-1, vocab)  # [N, V]
     flat_current = None if current is None else current.reshape(-1)  # [N]
-    rows = max(1, _CHUNK_BYTES // (4 * vocab * (2 if temperature > 0 else 1)))
+    rows = max(1, _CHUNK_BYTES // (4 * vocab * (3 if temperature > 0 else 2)))  # copy, softmax (, noise)
     tokens, probs, current_probs = [], [], []
     for start in range(0, flat.shape[0], rows):
         t, p, c = _candidates_chunk(
