@@ -10,6 +10,7 @@ from typing import Any
 from transformers import GenerationConfig
 
 from dllm_edit.config_fields import METADATA, REFUSED, is_off, refused_fields_set
+from dllm_edit.layout import BLOCK_STARTS
 from dllm_edit.strategies import (
     MultiBlockEdit,
     QuotaUnmask,
@@ -36,15 +37,30 @@ MODES: dict[str, dict[str, Any]] = {
         "block_length": 32,
         "temperature": 0.0,
     },
+    "llada": {
+        "block_start": "prompt_end",
+        "block_length": 32,
+        "steps": 32,
+        "threshold": 1.0,
+        "editing_threshold": None,
+        "max_post_steps": 0,
+        "num_to_transfer": 1,
+        "eos_early_stop": False,
+        "suppress_mask_token": False,
+        "temperature": 0.0,
+    },
 }
-"""LLaDA2.1 presets, by name (model card and SGLang JointThreshold defaults).
+"""Decoding presets, by name; see `EditGenerationConfig.from_mode`.
 
-`speedy` is S Mode, `quality` is Q Mode; see `EditGenerationConfig.from_mode`.
+`speedy` is LLaDA2.1's S Mode and `quality` its Q Mode (model card and SGLang JointThreshold
+defaults). `llada` is LLaDA-1's `generate` (fixed steps, semi-autoregressive blocks from the end of
+the prompt, low-confidence remasking, no editing), for bidirectional models.
 """
 
 # Our fields and their defaults (the defaults are the Quality preset).
 _DEFAULTS: dict[str, Any] = {
     "block_length": 32,
+    "block_start": None,
     "mask_token_id": None,
     "threshold": 0.7,
     "editing_threshold": 0.5,
@@ -87,7 +103,15 @@ class EditGenerationConfig(GenerationConfig):
     class name and rebuilt on load.
 
     Args:
-        block_length: tokens per block (> 0). Blocks are aligned to absolute position 0.
+        block_length: tokens per block (> 0).
+        block_start: where blocks start (docs/concepts/canvas.md): `"absolute"` (LLaDA2.x: block
+            `k` is positions `[k*bl, (k+1)*bl)`, the first may hold the prompt's tail, the canvas is
+            rounded up to whole blocks), `"prompt_end"` (LLaDA-1, Dream: the first block starts
+            right after each row's prompt, the canvas is exactly prompt + `max_new_tokens`, the
+            last block is shorter when `block_length` does not divide `max_new_tokens`), or None:
+            the adapter's default (`"absolute"` for block-causal models, `"prompt_end"` for the
+            bidirectional, shifted and masked-LM adapters). In the quota mode (`steps`) it also
+            picks the quota rule (see `QuotaUnmask`).
         max_new_tokens: tokens to generate (`G`); the output has `P + G` columns.
         mask_token_id: the model's mask token; resolved from the model when None.
         eos_token_id: end-of-sequence id(s); resolved from the model when None.
@@ -97,8 +121,10 @@ class EditGenerationConfig(GenerationConfig):
             0.0 means "edit whenever the argmax differs" (S mode), not off.
         max_post_steps: mask-free (verification/edit) forwards allowed per block.
         num_to_transfer: minimum tokens unmasked per step (Γ fallback).
-        steps: None for LLaDA2.1 threshold decoding; an int selects the LLaDA2.0-style fixed-steps
-            quota mode (`QuotaUnmask`) with `threshold` as its confidence threshold.
+        steps: None for LLaDA2.1 threshold decoding; an int selects the fixed-steps quota mode
+            (`QuotaUnmask`, `steps` forwards per block) with `threshold` as its confidence threshold:
+            LLaDA2.0's quota (`block_length` spread over the steps) with `block_start="absolute"`,
+            LLaDA-1's (the block's masked count spread over the steps) with `"prompt_end"`.
         eos_early_stop: stop a row once a finished block leaves its completion mask-free with an EOS.
         temperature: 0 = greedy: the candidate is the argmax and its probability (compared with the
             thresholds) is the full, unfiltered softmax, as in the reference decoder. > 0 samples.
@@ -146,6 +172,7 @@ class EditGenerationConfig(GenerationConfig):
 
     # our fields (set in __init__ from _DEFAULTS; declared here for type checkers)
     block_length: int
+    block_start: str | None
     mask_token_id: int | None
     threshold: float | Schedule
     editing_threshold: float | Schedule | None
@@ -185,7 +212,16 @@ class EditGenerationConfig(GenerationConfig):
     # ------------------------------------------------------------------ construction
     @classmethod
     def from_mode(cls, mode: str, **fields: Any) -> EditGenerationConfig:
-        """The S (`"speedy"`) or Q (`"quality"`) preset of LLaDA2.1, with `fields` overriding it.
+        """A preset of `MODES`, with `fields` overriding it.
+
+        * `"speedy"` / `"quality"`: the S and Q modes of LLaDA2.1 (block-causal models);
+        * `"llada"`: LLaDA-1's `generate(..., remasking="low_confidence")` (bidirectional models):
+          `block_start="prompt_end"`, the quota mode (`steps` forwards per block, the block's
+          masks spread over them), threshold 1.0 (pure top-quota), no editing, no post steps, no
+          EOS stop, no mask-token guard. LLaDA-1's `steps` counts all blocks; here `steps` is per
+          block (`steps = reference steps / (gen_length / block_length)`). Overriding
+          `block_length` alone sets `steps` to it (one token per step, the reference's default
+          `steps == gen_length`).
 
         Raises:
             ValueError: unknown mode.
@@ -194,6 +230,8 @@ class EditGenerationConfig(GenerationConfig):
         if mode not in MODES:
             raise ValueError(f"`mode` must be one of {sorted(MODES)}, got {mode!r}.")
         cfg = cls(**MODES[mode])
+        if cfg.steps is not None and "block_length" in fields and "steps" not in fields:
+            fields = {**fields, "steps": fields["block_length"]}
         return cfg.replace(**fields) if fields else cfg
 
     def replace(self, **fields: Any) -> EditGenerationConfig:
@@ -334,6 +372,7 @@ class EditGenerationConfig(GenerationConfig):
 
     def _validate_edit_fields(self) -> None:
         _check_int("block_length", self.block_length, minimum=1)
+        _check_block_start(self.block_start)
         as_schedule(self.threshold, name="threshold")
         for key in ("editing_threshold", "multi_block_threshold"):
             if getattr(self, key) is not None:
@@ -440,16 +479,28 @@ class EditGenerationConfig(GenerationConfig):
         }
 
     # ------------------------------------------------------------------ strategies
-    def build_strategies(self) -> list[Strategy]:
-        """The strategy list this config describes (explicit `strategies` take precedence)."""
+    def build_strategies(self, block_start: str | None = None) -> list[Strategy]:
+        """The strategy list this config describes (explicit `strategies` take precedence).
+
+        Args:
+            block_start: the block origin of the run (the adapter resolves `self.block_start`);
+                None reads `self.block_start`, and `"absolute"` when that is None too. It picks the
+                quota rule of the fixed-steps mode.
+        """
         if self.strategies is not None:
             return list(self.strategies)
+        origin = block_start or self.block_start or "absolute"
         out: list[Strategy] = []
         if self.steps is None:
             out.append(ThresholdUnmask(threshold=self.threshold, num_to_transfer=self.num_to_transfer))
         else:
             out.append(
-                QuotaUnmask(steps=self.steps, block_length=self.block_length, threshold=self.threshold)
+                QuotaUnmask(
+                    steps=self.steps,
+                    block_length=self.block_length,
+                    threshold=self.threshold,
+                    spread="masked_count" if origin == "prompt_end" else "block_length",
+                )
             )
         if self.editing_threshold is not None:
             out.append(TokenEdit(threshold=self.editing_threshold))
@@ -542,6 +593,24 @@ def _load_schedule(value: Any) -> Any:
     if isinstance(value, dict):
         return as_schedule(value)
     return value
+
+
+def _check_block_start(value: Any) -> None:
+    if value is None:
+        return
+    if not isinstance(value, str):
+        raise TypeError(
+            f"`block_start` must be None (the adapter's default), 'absolute' or 'prompt_end', "
+            f"got {type(value).__name__} {value!r}."
+        )
+    if value not in BLOCK_STARTS:
+        close = difflib.get_close_matches(value, BLOCK_STARTS, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ValueError(
+            f"`block_start` must be None (the adapter's default), 'absolute' (LLaDA2.x: blocks at "
+            f"absolute positions) or 'prompt_end' (LLaDA-1, Dream: blocks from the end of the prompt), "
+            f"got {value!r}.{hint}"
+        )
 
 
 def _check_int(name: str, value: Any, minimum: int) -> None:

@@ -197,11 +197,18 @@ def generate(
     check_streamer(streamer, input_ids.shape[0])
     special = resolve_special_tokens(model, config, tokenizer)
     adapter_obj = resolve_adapter(model, adapter)
-    strategies = config.build_strategies()
+    block_start = adapter_obj.resolve_block_start(config.block_start)
+    strategies = config.build_strategies(block_start)
     use_cache = adapter_obj.default_use_cache if config.use_cache is None else bool(config.use_cache)
     _check_capabilities(adapter_obj, strategies, use_cache, config.compile)
     layout, canvas = build_canvas(
-        input_ids, attention_mask, config.block_length, config.max_new_tokens, special.mask, special.pad
+        input_ids,
+        attention_mask,
+        config.block_length,
+        config.max_new_tokens,
+        special.mask,
+        special.pad,
+        block_start,
     )
     adapter_obj.check_positions(model, layout)
 
@@ -273,6 +280,7 @@ def _decode(
         bad = torch.zeros(batch, dtype=torch.bool, device=device)  # [B] NaN/inf candidates at the last step
         no_edit = torch.tensor(w * bl, device=device)  # [] "no window slot edited"
         edited_slot = no_edit  # [] first window slot edited at the last step
+        block_masked = ((canvas[:, span] == special.mask) & in_block).sum(-1)  # [B] masks at block start
         step_number = 0
         while True:
             old = canvas[:, span].clone()  # [B, S] tokens at the top of the step
@@ -312,6 +320,7 @@ def _decode(
                 step=steps,
                 block_index=block_index,
                 active=active,
+                block_masked=block_masked,
             )
             commit, edit, new = _combine([s.step(ctx) for s in strategies], old)
             commit = commit & active[:, None]  # [B, S]

@@ -1,18 +1,34 @@
 """The canvas: where every row's prompt and completion live, and how rows of a batch line up.
 
-Blocks are aligned to absolute position 0 of each sequence (SPEC-decoding.md, "Canvas and blocks").
-To decode a batch of prompts of different lengths in lockstep, row `i` is shifted right by a whole
-number of blocks, `offset_i = (b_max - b_i) * block_length` with `b_i = P_i // block_length`, so
-that every row's first decoding block (the one holding its prompt tail) is the same global block
-`b_max`. Positions before `offset_i` are padding: no query attends to them and position ids are
-counted from `offset_i`, so each row sees exactly the canvas it would see alone.
+Two block origins exist (docs/concepts/canvas.md draws both):
+
+* `"absolute"` (LLaDA2.x, SPEC-decoding.md "Canvas and blocks"): block `k` of a row is its
+  positions `[k*bl, (k+1)*bl)`, so the first decoding block may hold the prompt's tail, and a row's
+  canvas is `P + G` rounded up to whole blocks. To decode prompts of different lengths in lockstep,
+  row `i` is shifted right by a whole number of blocks, `offset_i = (b_max - b_i) * bl` with
+  `b_i = P_i // bl`, so that every row's first decoding block is the same global block `b_max`.
+* `"prompt_end"` (LLaDA-1, Dream, SPEC-decoding.md "LLaDA (v1, 8B) behaviour"): block `k` of a row
+  is `[P + k*bl, P + (k+1)*bl)` and the row's canvas is exactly `P + G` (the last block is shorter
+  when `bl` does not divide `G`). Row `i` is shifted right by `offset_i = ceil(P_max / bl) * bl -
+  P_i`, so that every prompt ends at the same block boundary of the shared canvas.
+
+Either way the global canvas is cut into blocks at multiples of `bl`, the decoding loop and the
+adapters never need to know which origin was chosen, and each row owns the slots
+`[offset_i, row_end_i)`. Slots outside that range are padding: they hold the pad token, no query
+attends to them, and position ids are counted from `offset_i`, so each row sees exactly the canvas
+it would see alone (also a row that needs fewer blocks than others: the trailing blocks of the
+shared canvas are not part of its canvas).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
+
+BlockStart = Literal["absolute", "prompt_end"]
+BLOCK_STARTS: tuple[str, ...] = ("absolute", "prompt_end")
 
 
 @dataclass(frozen=True)
@@ -24,13 +40,15 @@ class CanvasLayout:
         max_new_tokens: `G`.
         prompt_lengths: LongTensor `[B]`, `P_i` (padding excluded).
         offsets: LongTensor `[B]`, canvas index of each row's first prompt token.
-        first_block: global index of the first block decoded (holds the longest prompt tail).
+        first_block: global index of the first block decoded.
         num_blocks: total global blocks of the canvas.
         row_end_block: LongTensor `[B]`, global index one past each row's last block.
-        position_ids: LongTensor `[B, T]`, the position id of every canvas slot.
-        key_valid: BoolTensor `[B, T]`, slots that are not padding.
+        row_end: LongTensor `[B]`, canvas slot one past the end of each row's own canvas.
+        position_ids: LongTensor `[B, T]`, the position id of every canvas slot (0 on padding).
+        key_valid: BoolTensor `[B, T]`, the slots of each row's own canvas (not padding).
         generated: BoolTensor `[B, T]`, slots of the completion (not prompt, not padding).
         output_index: LongTensor `[B, G]`, canvas index of each returned completion token.
+        block_start: where blocks start, `"absolute"` or `"prompt_end"`.
     """
 
     block_length: int
@@ -44,6 +62,8 @@ class CanvasLayout:
     key_valid: torch.Tensor
     generated: torch.Tensor
     output_index: torch.Tensor
+    row_end: torch.Tensor
+    block_start: str = "absolute"
 
     @property
     def canvas_length(self) -> int:
@@ -52,7 +72,7 @@ class CanvasLayout:
     @property
     def max_position(self) -> int:
         """Largest position id any row uses."""
-        return int((self.row_end_block * self.block_length - self.offsets).max()) - 1
+        return int((self.row_end - self.offsets).max()) - 1
 
     def rows_in_block(self, block: int) -> torch.Tensor:
         """BoolTensor `[B]`: rows for which global `block` is part of their own canvas."""
@@ -66,6 +86,7 @@ def build_canvas(
     max_new_tokens: int,
     mask_token_id: int,
     pad_token_id: int,
+    block_start: str = "absolute",
 ) -> tuple[CanvasLayout, torch.Tensor]:
     """Lay out left-padded prompts on a block-aligned canvas filled with the mask token.
 
@@ -76,28 +97,52 @@ def build_canvas(
         max_new_tokens: `G`.
         mask_token_id: fills the completion slots.
         pad_token_id: fills the padding slots (never attended to).
+        block_start: `"absolute"` (blocks at multiples of `block_length` from each row's position 0)
+            or `"prompt_end"` (the first block starts right after each row's prompt).
 
     Returns:
         `(layout, canvas)` with `canvas` a LongTensor `[B, T]`.
+
+    Raises:
+        ValueError: an unknown `block_start`.
+
+    Examples:
+        >>> import torch
+        >>> ids = torch.tensor([[0, 5, 6, 7], [8, 9, 10, 11]])
+        >>> mask = torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]])
+        >>> layout, canvas = build_canvas(ids, mask, 2, 4, mask_token_id=99, pad_token_id=0)
+        >>> canvas.tolist()  # absolute: row 0's prompt tail shares a block; row 1 needs a block fewer
+        [[0, 0, 5, 6, 7, 99, 99, 99, 99, 99], [8, 9, 10, 11, 99, 99, 99, 99, 0, 0]]
+        >>> layout, canvas = build_canvas(ids, mask, 2, 4, 99, 0, block_start="prompt_end")
+        >>> canvas.tolist()  # prompt_end: both prompts end at slot 4, a block boundary
+        [[0, 5, 6, 7, 99, 99, 99, 99], [8, 9, 10, 11, 99, 99, 99, 99]]
     """
+    if block_start not in BLOCK_STARTS:
+        raise ValueError(f"`block_start` must be one of {list(BLOCK_STARTS)}, got {block_start!r}.")
     device = input_ids.device
     batch, width = input_ids.shape
     bl = block_length
     lengths = attention_mask.sum(-1).to(torch.long)  # [B]
-    first_blocks = lengths // bl  # [B]
-    first_block = int(first_blocks.max())
-    offsets = (first_block - first_blocks) * bl  # [B]
     ends = lengths + max_new_tokens  # [B] per-row P + G
-    row_blocks = (ends + bl - 1) // bl - first_blocks  # [B] blocks decoded by each row
-    row_end_block = first_block + row_blocks  # [B]
+    if block_start == "absolute":
+        first_blocks = lengths // bl  # [B] block holding each row's prompt tail
+        first_block = int(first_blocks.max())
+        offsets = (first_block - first_blocks) * bl  # [B]
+        own_length = (ends + bl - 1) // bl * bl  # [B] P + G rounded up to whole blocks
+    else:
+        first_block = (int(lengths.max()) + bl - 1) // bl  # every prompt ends at this block boundary
+        offsets = first_block * bl - lengths  # [B]
+        own_length = ends  # [B] exactly P + G
+    row_end = offsets + own_length  # [B]
+    row_end_block = (row_end + bl - 1) // bl  # [B]
     num_blocks = int(row_end_block.max())
     total = num_blocks * bl
 
     slots = torch.arange(total, device=device)  # [T]
     rel = slots[None, :] - offsets[:, None]  # [B, T] position within the row's own canvas
-    key_valid = rel >= 0  # [B, T]
-    position_ids = rel.clamp_min(0)  # [B, T]
-    generated = rel >= lengths[:, None]  # [B, T]
+    key_valid = (rel >= 0) & (slots[None, :] < row_end[:, None])  # [B, T]
+    position_ids = torch.where(key_valid, rel, torch.zeros_like(rel))  # [B, T]
+    generated = key_valid & (rel >= lengths[:, None])  # [B, T]
 
     canvas = torch.full((batch, total), mask_token_id, dtype=torch.long, device=device)  # [B, T]
     canvas[~key_valid] = pad_token_id
@@ -121,5 +166,7 @@ def build_canvas(
         key_valid=key_valid,
         generated=generated,
         output_index=output_index,
+        row_end=row_end,
+        block_start=block_start,
     )
     return layout, canvas

@@ -12,7 +12,7 @@ from .registry import (
 )
 from .repeat_penalty import AdjacentRepeatPenalty
 from .schedules import Constant, Cosine, Linear, Schedule, Stepwise, as_schedule, schedule_from_dict
-from .unmask import QuotaUnmask, ThresholdUnmask, quota_schedule, select_unmask
+from .unmask import QuotaUnmask, ThresholdUnmask, masked_count_quota, quota_schedule, select_unmask
 
 for _cls in (ThresholdUnmask, QuotaUnmask, TokenEdit, MultiBlockEdit):
     register_strategy()(_cls)
@@ -36,6 +36,7 @@ __all__ = [
     "as_schedule",
     "available_strategies",
     "get_strategy",
+    "masked_count_quota",
     "quota_schedule",
     "register_strategy",
     "schedule_from_dict",

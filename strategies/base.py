@@ -32,6 +32,8 @@ class StepContext:
         step: LongTensor `[B]`, forwards already spent by each row in this block (0 on the first step).
         block_index: index of the active block among the generated blocks (0 for the first).
         active: BoolTensor `[B]`, rows that are still decoding this block.
+        block_masked: LongTensor `[B]`, masked positions of the active block at its first step
+            (what LLaDA-1's quota spreads over the steps); None where a caller does not track it.
     """
 
     tokens: torch.Tensor
@@ -43,6 +45,7 @@ class StepContext:
     step: torch.Tensor
     block_index: int
     active: torch.Tensor
+    block_masked: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,15 @@ from .schedules import Schedule
 
 
 def rank_descending(scores: torch.Tensor) -> torch.Tensor:
-    """Rank of each entry along the last dim, 0 = largest; ties go to the lower index.
+    """Rank of each entry along the last dim, 0 = largest; exact ties go to the lower index.
+
+    The references select with `torch.topk`, whose order among exactly equal values is not
+    specified: on CPU it changes with the row length and `k` (for a row of equal values, top-1 of 4
+    entries returns the last one and of 16 the first). No rule can match it on every tie, so
+    dllm_edit takes the rule that is deterministic and independent of the batch (which batch ==
+    alone needs): the lower position first, as a stable descending sort does. With candidate
+    probabilities computed as `softmax` then gather (see `dllm_edit.kernels.candidates`), exact ties
+    need probabilities equal to float32 resolution (e.g. two near-1 values closer than 6e-8).
 
     Args:
         scores: FloatTensor `[B, S]`.
@@ -97,6 +105,29 @@ class ThresholdUnmask(Strategy):
         return StepResult(commit=commit, edit=torch.zeros_like(commit), tokens=ctx.cand_tokens)
 
 
+def masked_count_quota(block_masked: torch.Tensor, step: torch.Tensor, steps: int) -> torch.Tensor:
+    """LLaDA-1's quota (`get_num_transfer_tokens`): the block's masked count spread over `steps`.
+
+    Step `j` of a block that started with `n` masks unmasks `n // steps`, plus one for the first
+    `n % steps` steps, so the quotas sum to `n`.
+
+    Args:
+        block_masked: LongTensor `[B]`, masks in the block at its first step (`n`).
+        step: LongTensor `[B]`, the step within the block (`j`, from 0).
+        steps: steps per block.
+
+    Returns:
+        LongTensor `[B]`.
+
+    Examples:
+        >>> import torch
+        >>> masked_count_quota(torch.tensor([10, 10, 3]), torch.tensor([0, 3, 2]), 4).tolist()
+        [3, 2, 1]
+    """
+    base = block_masked // steps  # [B]
+    return base + (step < block_masked % steps).long()  # [B]
+
+
 def quota_schedule(block_length: int, steps: int) -> list[int]:
     """Spread `block_length` tokens evenly over `steps` steps, earlier steps taking the remainder.
 
@@ -108,18 +139,32 @@ def quota_schedule(block_length: int, steps: int) -> list[int]:
     return [base + (1 if i < rem else 0) for i in range(steps)]
 
 
+QUOTA_SPREADS = ("block_length", "masked_count")
+
+
 @dataclass(frozen=True)
 class QuotaUnmask(Strategy):
     """LLaDA / LLaDA2.0 fixed-steps decoding: step `s` unmasks at least `quota[s]` positions.
 
-    `quota = quota_schedule(block_length, steps)` sums to the block length. At each step, every
-    masked position with `p > threshold` is taken if that meets the quota, else the top-quota ones
-    (the LLaDA2.0 reference rule; `threshold=1.0` gives the pure low-confidence remasking of LLaDA).
+    Two rules spread a block's tokens over its `steps` (earlier steps take the remainder):
+
+    * `spread="block_length"` (LLaDA2.0): `quota = quota_schedule(block_length, steps)`, the same
+      for every block, summing to the block length (a first block holding the prompt's tail
+      simply runs out of masks early);
+    * `spread="masked_count"` (LLaDA-1's `get_num_transfer_tokens`): the masks the block holds at
+      its first step, `n`, spread over the steps (`masked_count_quota`), summing to `n`.
+
+    At each step, every masked position with `p > threshold` is taken if that meets the quota,
+    else the top-quota ones (the LLaDA2.0 reference rule; `threshold=1.0` gives the pure
+    low-confidence remasking of LLaDA). `EditGenerationConfig(steps=...)` builds this strategy with
+    the rule of its block origin: `"block_length"` for `block_start="absolute"`, `"masked_count"`
+    for `"prompt_end"`.
 
     Args:
         steps: forwards per block (>= 1).
-        block_length: the block length the quota is spread over.
+        block_length: the block length the quota is spread over (`spread="block_length"`).
         threshold: confidence threshold (float or Schedule).
+        spread: `"block_length"` or `"masked_count"`.
 
     Examples:
         >>> QuotaUnmask(steps=4, block_length=8).quota
@@ -129,6 +174,7 @@ class QuotaUnmask(Strategy):
     steps: int
     block_length: int
     threshold: float | Schedule = 1.0
+    spread: str = "block_length"
 
     unmasks = True
 
@@ -143,14 +189,29 @@ class QuotaUnmask(Strategy):
                 "each step unmasks at least one token."
             )
         object.__setattr__(self, "threshold", threshold_field("threshold", self.threshold))
+        if self.spread not in QUOTA_SPREADS:
+            raise ValueError(
+                f"`spread` must be one of {list(QUOTA_SPREADS)} (LLaDA2.0's rule or LLaDA-1's), "
+                f"got {self.spread!r}."
+            )
 
     @property
     def quota(self) -> tuple[int, ...]:
+        """The per-step quota of a block of `block_length` masks (either rule gives this then)."""
         return tuple(quota_schedule(self.block_length, self.steps))
 
     def step(self, ctx: StepContext) -> StepResult:
-        table = torch.tensor(self.quota, device=ctx.step.device)  # [steps]
-        quota = table[ctx.step.clamp(max=self.steps - 1)]  # [B]
+        step = ctx.step.clamp(max=self.steps - 1)  # [B]
+        if self.spread == "masked_count":
+            if ctx.block_masked is None:
+                raise ValueError(
+                    "QuotaUnmask(spread='masked_count') needs `StepContext.block_masked` (the masks of "
+                    "the block at its first step); the decoding loop sets it."
+                )
+            quota = masked_count_quota(ctx.block_masked, step, self.steps)  # [B]
+        else:
+            table = torch.tensor(self.quota, device=ctx.step.device)  # [steps]
+            quota = table[step]  # [B]
         tau = cast(Schedule, self.threshold)(ctx.step, ctx.block_index)  # [B]; a Schedule by now
         masked = ctx.masked & ctx.in_block  # [B, S]
         commit = select_unmask(ctx.cand_probs, masked, tau, quota)  # [B, S]

@@ -15,6 +15,8 @@ class _Out:
 def _allowed(attention_mask: torch.Tensor | None, batch: int, length: int) -> torch.Tensor:
     if attention_mask is None:
         return torch.ones(batch, length, length, dtype=torch.bool)
+    if attention_mask.dim() == 2:  # a masked LM's padding mask [B, K]: every query sees the valid keys
+        return attention_mask.bool()[:, None, :].expand(batch, length, length)
     m = attention_mask[:, 0]
     return m if m.dtype == torch.bool else m > torch.finfo(m.dtype).min / 2  # [B, Q, K]
 
@@ -23,8 +25,14 @@ class BagDenoiser(torch.nn.Module):
     """Logits at a position are a fixed random function of the tokens it may attend to.
 
     `logits[q] = sharpness * (mean_{k visible} E[x_k] @ O + P[pos_q] + T[x_q])`. Being a function
-    of the visible tokens only, it respects whatever attention mask it is given, so block-causal
-    decoding with it is well defined (no KV cache: it recomputes everything).
+    of the visible tokens only, it respects whatever attention mask it is given (4-D, or a masked
+    LM's 2-D padding mask), so block-causal decoding with it is well defined (no KV cache: it
+    recomputes everything).
+
+    With `exact=True`, `E` and `O` are multiples of 1/4 in [-2, 2] and the mean is taken after the
+    projection, so every sum is exact in float32: the logits of a row do not depend on how many
+    padding slots or other rows share the forward (real attention kernels sum in an order that
+    depends on the sequence length, which moves logits by ~1e-6).
     """
 
     def __init__(
@@ -34,11 +42,16 @@ class BagDenoiser(torch.nn.Module):
         max_positions: int = 512,
         sharpness: float = 3.0,
         seed: int = 0,
+        exact: bool = False,
     ):
         super().__init__()
         g = torch.Generator().manual_seed(seed)
         self.E = torch.randn(vocab_size, dim, generator=g)
         self.O = torch.randn(dim, vocab_size, generator=g)
+        if exact:
+            self.E = (self.E * 4).round().clamp(-8, 8) / 4
+            self.O = (self.O * 4).round().clamp(-8, 8) / 4
+        self.exact = exact
         self.P = torch.randn(max_positions, vocab_size, generator=g)
         self.T = torch.randn(vocab_size, vocab_size, generator=g)
         # the mask token (last id) is never proposed, so the guard-free reference always terminates
@@ -53,8 +66,12 @@ class BagDenoiser(torch.nn.Module):
         if position_ids is None:
             position_ids = torch.arange(length)[None].expand(batch, length)
         allowed = _allowed(attention_mask, batch, length).float()  # [B, Q, K]
-        h = allowed @ self.E[input_ids] / allowed.sum(-1, keepdim=True).clamp_min(1)  # [B, Q, d]
-        logits = h @ self.O + self.P[position_ids] + self.T[input_ids]  # [B, Q, V]
+        count = allowed.sum(-1, keepdim=True).clamp_min(1)  # [B, Q, 1]
+        if self.exact:
+            bag = (allowed @ self.E[input_ids]) @ self.O / count  # [B, Q, V], exact sums
+        else:
+            bag = allowed @ self.E[input_ids] / count @ self.O  # [B, Q, V]
+        logits = bag + self.P[position_ids] + self.T[input_ids]  # [B, Q, V]
         return _Out(self.sharpness * logits)
 
 

@@ -155,3 +155,69 @@ def reference_generate_20(
     if len(hits):
         answer = answer[: int(hits[0, 0]) + 1]
     return answer
+
+
+def get_num_transfer_tokens(block_mask_index, steps):
+    """LLaDA-1's quota: each row's masked count spread over `steps`, the remainder to the first steps."""
+    mask_num = block_mask_index.sum(dim=1, keepdim=True)
+    base = mask_num // steps
+    remainder = mask_num % steps
+    num_transfer_tokens = torch.zeros(mask_num.size(0), steps, dtype=torch.int64) + base
+    for i in range(mask_num.size(0)):
+        num_transfer_tokens[i, : remainder[i]] += 1
+    return num_transfer_tokens
+
+
+@torch.no_grad()
+def reference_generate_llada1(
+    model,
+    prompt,
+    *,
+    mask_id,
+    steps,
+    gen_length,
+    block_length,
+    temperature=0.0,
+    full_attention_mask=True,
+):
+    """LLaDA-1's `generate` (SPEC-decoding.md, "LLaDA (v1, 8B) behaviour"), low-confidence remasking.
+
+    The canvas is the prompt followed by exactly `gen_length` masks; block `k` is
+    `[P + k*bl, P + (k+1)*bl)`; `steps` is the total over all blocks. Every step runs the model on
+    the whole canvas with full attention (a 4-D all-visible mask and position ids `0..`, as a
+    bidirectional model sees it without padding). Temperature 0 only (the Gumbel draw of the
+    reference uses the global RNG, which dllm_edit never does). Returns the whole canvas `[B, P + G]`.
+    """
+    assert temperature == 0.0
+    batch, prompt_length = prompt.shape
+    x = torch.full((batch, prompt_length + gen_length), mask_id, dtype=torch.long)
+    x[:, :prompt_length] = prompt.clone()
+    assert gen_length % block_length == 0
+    num_blocks = gen_length // block_length
+    assert steps % num_blocks == 0
+    steps = steps // num_blocks
+    length = x.shape[1]
+    kwargs = {}
+    if full_attention_mask:
+        kwargs["attention_mask"] = torch.zeros(1, 1, length, length)
+        kwargs["position_ids"] = torch.arange(length)[None].expand(batch, length)
+    for num_block in range(num_blocks):
+        start = prompt_length + num_block * block_length
+        end = prompt_length + (num_block + 1) * block_length
+        block_mask_index = x[:, start:end] == mask_id
+        num_transfer_tokens = get_num_transfer_tokens(block_mask_index, steps)
+        for i in range(steps):
+            mask_index = x == mask_id
+            logits = model(input_ids=x, **kwargs).logits
+            x0 = torch.argmax(logits, dim=-1)  # temperature 0: no Gumbel noise
+            p = torch.softmax(logits, dim=-1)
+            x0_p = torch.squeeze(torch.gather(p, dim=-1, index=torch.unsqueeze(x0, -1)), -1)
+            x0_p[:, end:] = -float("inf")
+            x0 = torch.where(mask_index, x0, x)
+            confidence = torch.where(mask_index, x0_p, torch.tensor(-float("inf")))
+            transfer_index = torch.zeros_like(x0, dtype=torch.bool)
+            for j in range(confidence.shape[0]):
+                _, select_index = torch.topk(confidence[j], k=int(num_transfer_tokens[j, i]))
+                transfer_index[j, select_index] = True
+            x[transfer_index] = x0[transfer_index]
+    return x

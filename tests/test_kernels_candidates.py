@@ -300,3 +300,43 @@ def test_reference_sampling_follows_the_softmax_chi_square():
     chi2 = ((counts - expected) ** 2 / expected).sum().item()
     assert chi2 < 20.52, (chi2, counts.tolist())
     torch.testing.assert_close(prob, probs[tok])
+
+
+def _near_one_logits(targets, top=20.0, vocab=64):
+    """Rows whose argmax (id 0, logit `top`) has probability `targets[i]`: the other ids share the
+    rest evenly, so |logit| ~ 20, where exp(x - logsumexp(x)) loses near-1 precision."""
+    rows = []
+    for p in targets:
+        rest = math.log((1 - p) / (vocab - 1)) + top - math.log(p)  # softmax(row)[0] == p
+        rows.append([top] + [rest] * (vocab - 1))
+    return torch.tensor(rows, dtype=torch.float32)
+
+
+TARGETS = [0.9999937, 0.9999923, 0.9999911, 0.99999, 0.9999995]
+
+
+def test_near_one_probabilities_keep_their_order():
+    # issue 20: exp(chosen - lse) mapped 0.9999937, 0.9999923 and 0.9999911 to one float32 value
+    logits = _near_one_logits(TARGETS)
+    token, prob = candidates_reference(logits)
+    assert token.tolist() == [0] * len(TARGETS)
+    want = torch.softmax(logits, dim=-1)[:, 0]  # what the reference decoders compare and rank
+    assert torch.equal(prob, want)
+    assert torch.argsort(prob, descending=True).tolist() == sorted(
+        range(len(TARGETS)), key=lambda i: -TARGETS[i]
+    )
+    assert len(set(prob[:3].tolist())) == 3
+    old = torch.exp(logits[:, 0] - torch.logsumexp(logits, dim=-1))  # the former formula
+    assert len(set(old[:3].tolist())) < 3  # (what this test guards against)
+    _, _, current = edit_candidates_reference(logits, torch.zeros(len(TARGETS), dtype=torch.long))
+    assert torch.equal(current, want)
+
+
+@needs_kernel
+def test_near_one_probabilities_keep_their_order_in_the_kernel():
+    logits = _near_one_logits(TARGETS).to(DEVICE)
+    token, prob, _ = _triton(logits, temperature=0.0, generator=None, suppress_ids=())
+    _assert_matches((token, prob), candidates_reference(logits))
+    assert torch.argsort(prob.cpu(), descending=True).tolist() == sorted(
+        range(len(TARGETS)), key=lambda i: -TARGETS[i]
+    )

@@ -8,7 +8,7 @@ from typing import Any, ClassVar, Protocol
 
 import torch
 
-from dllm_edit.layout import CanvasLayout
+from dllm_edit.layout import BLOCK_STARTS, CanvasLayout
 
 
 class ForwardSession(Protocol):
@@ -37,6 +37,10 @@ class ModelAdapter:
         supports_compile: `open(..., compile=True)` runs the forward through `torch.compile`.
         model_types: `model.config.model_type`s (lower case) this adapter is detected for once
             registered (`register_adapter`, or the `dllm_edit.adapters` entry-point group).
+        default_block_start: where blocks start when the config's `block_start` is None:
+            `"absolute"` (LLaDA2.x) or `"prompt_end"` (LLaDA-1, Dream); see docs/concepts/canvas.md.
+        block_starts: the block origins the adapter can decode with.
+        block_start_refusal: why the origins missing from `block_starts` are refused (for the error).
     """
 
     name: ClassVar[str] = ""
@@ -45,6 +49,25 @@ class ModelAdapter:
     supports_multi_block_edit: ClassVar[bool] = False
     supports_compile: ClassVar[bool] = False
     model_types: ClassVar[tuple[str, ...]] = ()
+    default_block_start: ClassVar[str] = "absolute"
+    block_starts: ClassVar[tuple[str, ...]] = BLOCK_STARTS
+    block_start_refusal: ClassVar[str] = ""
+
+    def resolve_block_start(self, block_start: str | None) -> str:
+        """The block origin of a run: `block_start`, or the adapter's default when it is None.
+
+        Raises:
+            ValueError: an origin this adapter cannot decode with (the message says why).
+        """
+        chosen = self.default_block_start if block_start is None else block_start
+        if chosen not in self.block_starts:
+            why = f" {self.block_start_refusal}" if self.block_start_refusal else ""
+            raise ValueError(
+                f"block_start={chosen!r} is not supported by the {self.name!r} adapter (it supports "
+                f"{list(self.block_starts)}).{why} Set block_start={self.block_starts[0]!r} or None "
+                "(the adapter's default)."
+            )
+        return chosen
 
     def open(self, model: Any, layout: CanvasLayout, use_cache: bool) -> ForwardSession:  # pragma: no cover
         raise NotImplementedError

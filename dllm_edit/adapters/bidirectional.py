@@ -26,6 +26,10 @@ class BidirectionalAdapter(ModelAdapter):
     (`ApproxCacheBidirectionalAdapter` offers an approximate prefix cache). Multi-block
     editing needs nothing extra: the window's logits already see the active block.
 
+    Blocks start right after the prompt by default (`block_start="prompt_end"`), as in LLaDA-1's
+    reference `generate` (and Fast-dLLM's): the canvas is the prompt followed by exactly
+    `max_new_tokens` masks. `block_start="absolute"` (LLaDA2.x's origin) is accepted too.
+
     Examples:
         >>> from dllm_edit.adapters import BidirectionalAdapter
         >>> BidirectionalAdapter().supports_cache
@@ -36,12 +40,20 @@ class BidirectionalAdapter(ModelAdapter):
     supports_cache = False
     default_use_cache = False
     supports_multi_block_edit = True
+    default_block_start = "prompt_end"
 
     def open(self, model: Any, layout: CanvasLayout, use_cache: bool) -> _BidirectionalSession:
         return _BidirectionalSession(model, layout)
 
 
 class _BidirectionalSession:
+    """Runs the whole canvas of the session's rows at every step.
+
+    Slots before `lead`, the smallest offset among the rows, are padding in every row: they are
+    left out of the forward, so a row decoded alone (or the least padded row of a batch) is run on
+    exactly its own canvas, with no padding slot at all.
+    """
+
     def __init__(self, model: Any, layout: CanvasLayout) -> None:
         self.model = checked_forward(model)
         self.layout = layout
@@ -52,8 +64,11 @@ class _BidirectionalSession:
         self.dtype = model_dtype(model)
         self._mask: torch.Tensor | None = None
         self.rows = torch.arange(layout.offsets.shape[0], device=layout.offsets.device)  # [R]
+        self.lead = int(layout.offsets.min())  # slots [0, lead) are padding in every row
 
     def select_rows(self, rows: torch.Tensor) -> None:
+        if rows.numel() != self.rows.numel():
+            self.lead = int(self.layout.offsets[rows].min())  # once per block, not per step
         self.rows = rows
 
     def invalidate_from(self, block: int) -> None:
@@ -74,19 +89,24 @@ class _BidirectionalSession:
             self._mask = backend_mask(allowed, self.attn, self.dtype)  # [B, 1, T, T]
         return self._mask
 
-    def logits(self, canvas: torch.Tensor, block: int, window: int) -> torch.Tensor:
-        bl = self.layout.block_length
-        rows = self.rows  # [R]
+    def forward_canvas(self, canvas: torch.Tensor) -> torch.Tensor:
+        """Logits `[R, T - lead, V]` of canvas slots `lead..T` of the session's rows."""
+        rows, lead = self.rows, self.lead  # [R]
         kwargs: dict[str, Any] = {
-            "input_ids": canvas[rows],  # [R, T]
-            "attention_mask": self._attention_mask(canvas.device)[rows],  # [R, 1, T, T]
+            "input_ids": canvas[rows, lead:],  # [R, T - lead]
+            "attention_mask": self._attention_mask(canvas.device)[rows][..., lead:, lead:],  # [R, 1, T', T']
         }
         if self.pass_positions:
-            kwargs["position_ids"] = self.layout.position_ids[rows]  # [R, T]
+            kwargs["position_ids"] = self.layout.position_ids[rows, lead:]  # [R, T - lead]
         if self.pass_use_cache:
             kwargs["use_cache"] = False
-        logits = self.model(**kwargs).logits  # [R, T, V]
-        return logits[:, (block - window) * bl : (block + 1) * bl]  # [R, (window + 1) * bl, V]
+        return self.model(**kwargs).logits  # [R, T - lead, V]
+
+    def logits(self, canvas: torch.Tensor, block: int, window: int) -> torch.Tensor:
+        bl = self.layout.block_length
+        logits = self.forward_canvas(canvas)  # [R, T - lead, V]
+        start = (block - window) * bl - self.lead  # generated blocks never start before `lead`
+        return logits[:, start : start + (window + 1) * bl]  # [R, (window + 1) * bl, V]
 
 
 class ApproxCacheBidirectionalAdapter(BidirectionalAdapter):

@@ -24,6 +24,7 @@ from .cache import BlockKVCache, cached_length, crop_to
 class BlockCausalAdapter(ModelAdapter):
     """Adapter for block-causal diffusion LMs, with an exact KV cache of finished blocks.
 
+    Blocks start at absolute positions (`block_start="absolute"`, the only origin it accepts).
     Each position attends to its own block and all earlier blocks. Under that mask the keys and
     values of a finished block do not depend on later blocks, so caching them is exact: each step
     runs the model on the blocks not yet cached (the active block, plus the previous block on the
@@ -48,6 +49,14 @@ class BlockCausalAdapter(ModelAdapter):
     default_use_cache = True
     supports_multi_block_edit = True
     supports_compile = True
+    default_block_start = "absolute"
+    block_starts = ("absolute",)
+    block_start_refusal = (
+        "A block-causal model's attention is defined over blocks at absolute positions (block k is "
+        "positions [k*bl, (k+1)*bl), as in its training and the LLaDA2.x reference); blocks starting "
+        "after the prompt would cut the prompt into blocks that depend on its length and the batch, "
+        "which no reference defines and the exact KV cache does not cover."
+    )
 
     def open(
         self, model: Any, layout: CanvasLayout, use_cache: bool, compile: bool = False

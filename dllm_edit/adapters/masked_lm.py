@@ -45,9 +45,11 @@ class MaskedLMAdapter(ModelAdapter):
     sees later blocks); multi-block editing works as with the bidirectional adapter.
 
     Any `block_length` works. A masked LM was trained to fill masks anywhere, so a single block is
-    the natural setting: with `block_length >= prompt length + max_new_tokens` the whole completion
-    is one block (blocks are aligned to position 0, so `block_length >= max_new_tokens` alone gives
-    at most two: the prompt's tail block and the next). Smaller blocks decode left to right.
+    the natural setting (mask-predict decodes the whole target at once): blocks start right after
+    the prompt by default (`block_start="prompt_end"`), so `block_length >= max_new_tokens` makes
+    the whole completion one block. Smaller blocks decode left to right. With
+    `block_start="absolute"` blocks are aligned to position 0 instead (the first one holds the
+    prompt's tail).
 
     Detected for `model_type` `"bert"`, `"roberta"`, `"xlm-roberta"`, `"modernbert"`,
     `"distilbert"`, `"electra"`, and for any model whose class name ends in `ForMaskedLM`.
@@ -73,6 +75,7 @@ class MaskedLMAdapter(ModelAdapter):
     default_use_cache = False
     supports_multi_block_edit = True
     model_types = ("bert", "roberta", "xlm-roberta", "modernbert", "distilbert", "electra")
+    default_block_start = "prompt_end"
 
     def position_offset(self, model: Any) -> int:
         return embedding_position_offset(model)
@@ -88,24 +91,23 @@ class _MaskedLMSession(_BidirectionalSession):
         super().__init__(model, layout)
         # only an explicit `position_ids` argument: a masked LM's **kwargs go to its attention layers
         self.pass_positions = "position_ids" in forward_kwargs(model)
-        self.padding_mask = layout.key_valid.long()  # [B, T] 1 = token, 0 = left padding
+        self.padding_mask = layout.key_valid.long()  # [B, T] 1 = the row's canvas, 0 = padding
         self.positions = layout.position_ids + position_offset  # [B, T]
-        if not self.pass_positions and bool((layout.offsets > 0).any()):
+        if not self.pass_positions and bool((layout.offsets > layout.offsets.min()).any()):
             warnings.warn(
                 f"{type(model).__name__}.forward takes no `position_ids`, so left-padded rows are read "
                 "at shifted positions and may decode differently from the same prompt alone. Batch "
-                "prompts whose lengths fall in the same block (or decode them one at a time).",
+                "prompts of one length (with block_start='absolute': lengths in the same block), or "
+                "decode them one at a time.",
                 stacklevel=2,
             )
 
-    def logits(self, canvas: torch.Tensor, block: int, window: int) -> torch.Tensor:
-        bl = self.layout.block_length
-        rows = self.rows  # [R]
+    def forward_canvas(self, canvas: torch.Tensor) -> torch.Tensor:
+        rows, lead = self.rows, self.lead  # [R]
         kwargs: dict[str, Any] = {
-            "input_ids": canvas[rows],  # [R, T]
-            "attention_mask": self.padding_mask[rows],  # [R, T]
+            "input_ids": canvas[rows, lead:],  # [R, T - lead]
+            "attention_mask": self.padding_mask[rows, lead:],  # [R, T - lead]
         }
         if self.pass_positions:
-            kwargs["position_ids"] = self.positions[rows]  # [R, T]
-        logits = output_logits(self.model, self.model(**kwargs))  # [R, T, V]
-        return logits[:, (block - window) * bl : (block + 1) * bl]  # [R, (window + 1) * bl, V]
+            kwargs["position_ids"] = self.positions[rows, lead:]  # [R, T - lead]
+        return output_logits(self.model, self.model(**kwargs))  # [R, T - lead, V]

@@ -32,6 +32,10 @@ class ShiftedLogitsAdapter(ModelAdapter):
     and the rule is applied per row, at the row's own first slot, so a left-padded row reads the
     same logits as the row decoded alone (never a padding slot's output).
 
+    Blocks start right after the prompt by default (`block_start="prompt_end"`): Dream's reference
+    `diffusion_generate` decodes the completion after the prompt (one block of `max_new_tokens`),
+    and its semi-autoregressive variants place blocks from the end of the prompt, as LLaDA-1 does.
+
     Detected for `model_type` `"dream"` (matched case-insensitively: Dream's checkpoints say
     `"Dream"`).
 
@@ -54,6 +58,7 @@ class ShiftedLogitsAdapter(ModelAdapter):
     supports_cache = False
     default_use_cache = False
     supports_multi_block_edit = True
+    default_block_start = "prompt_end"
     model_types = ("dream",)
 
     def open(self, model: Any, layout: CanvasLayout, use_cache: bool) -> _ShiftedSession:
@@ -70,11 +75,9 @@ class _ShiftedSession(_BidirectionalSession):
 
     def logits(self, canvas: torch.Tensor, block: int, window: int) -> torch.Tensor:
         bl = self.layout.block_length
-        last = self.layout.num_blocks - 1
-        # a window reaching back to block 0 from the last block is the whole canvas
-        full = super().logits(canvas, last, last)  # [R, T, V]
+        full = self.forward_canvas(canvas)  # [R, T - lead, V], slots lead..T
         slots = torch.arange((block - window) * bl, (block + 1) * bl, device=canvas.device)  # [S]
         first_slot = self.layout.offsets.to(canvas.device)[self.rows]  # [R] each row's own slot 0
-        source = torch.maximum(slots[None, :] - 1, first_slot[:, None])  # [R, S] output read by slot j
+        source = torch.maximum(slots[None, :] - 1, first_slot[:, None]) - self.lead  # [R, S] output read
         index = source[:, :, None].expand(-1, -1, full.shape[-1])  # [R, S, V] (a view)
         return full.gather(1, index)  # [R, S, V]

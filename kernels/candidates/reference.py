@@ -4,8 +4,17 @@ For every row of logits, return the candidate token and its probability under th
 temperature-scaled, top-k / top-p filtered) softmax, and for `edit_candidates_reference` also the
 probability of the token currently at that position. Rows are processed in chunks so that no
 float32 copy of the whole `[N, V]` logits (let alone a kept softmax) is materialised at once: every
-chunk is computed in place in one preallocated float32 buffer of about `_CHUNK_BYTES` (two when
-sampling: the noise), so the working set is the same in every call and every process.
+chunk is computed in two preallocated float32 buffers of about `_CHUNK_BYTES / 2` each (the
+working copy; the sampling noise, then the softmax), so the working set is the same in every call and every
+process.
+
+The probability is computed as the references compute it, `softmax(x)[token]` (`exp(x_token -
+max) / sum(exp(x - max))`; the Triton kernel's online softmax gives the same expression), never as
+`exp(x_token - logsumexp(x))`: near 1 the latter is limited by the float32 spacing of the
+log-sum-exp (about 2e-6 for logits near 20), so distinct probabilities like 0.9999937 and 0.9999923
+collapse to one value and their order is lost. Near-1 values differing by more than float32's
+spacing below 1 (6e-8) keep their order. Exact ties are broken by the strategies toward the lower
+position (see `dllm_edit.strategies.unmask.rank_descending`).
 
 Special values (the Triton kernel in `triton.py` follows the same rules):
 
@@ -47,7 +56,7 @@ def filter_top_p(logits: torch.Tensor, top_p: float) -> torch.Tensor:
 def _candidates_chunk(
     logits: torch.Tensor,
     work: torch.Tensor,
-    noise: torch.Tensor | None,
+    scratch: torch.Tensor,
     temperature: float,
     top_k: int | None,
     top_p: float | None,
@@ -56,7 +65,7 @@ def _candidates_chunk(
     out: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None],
     current: torch.Tensor | None = None,
 ) -> None:
-    """One chunk of rows, computed in the caller's buffers (`work`, `noise`: `[n, V]` float32) and
+    """One chunk of rows, computed in the caller's buffers (`work`, `scratch`: `[n, V]` float32) and
     written to `out` = (token `[n]`, prob `[n]`, current_prob `[n]` or None). Nothing of size `[n, V]`
     is allocated unless top-k / top-p filtering is on."""
     token_out, prob_out, current_out = out
@@ -69,32 +78,26 @@ def _candidates_chunk(
         x.copy_(filter_top_k(x, top_k))
     if top_p is not None:
         x.copy_(filter_top_p(x, top_p))
-    if noise is not None:
+    if temperature > 0:
         # Gumbel-max: argmax(x + G) is a sample of softmax(x); in place, the same operations as
         # -log(-log(u.clamp_min(1e-20)).clamp_min(1e-20)) + x
         u = torch.rand(
-            x.shape, generator=generator, device=x.device, dtype=torch.float32, out=noise
+            x.shape, generator=generator, device=x.device, dtype=torch.float32, out=scratch
         )  # [n, V]
         key = u.clamp_min_(1e-20).log_().neg_().clamp_min_(1e-20).log_().neg_().add_(x)  # [n, V]
-        token_out.copy_(torch.argmax(key, dim=-1))  # [n]
-        chosen = x.gather(-1, token_out[:, None]).squeeze(-1)  # [n]
-        top = x.amax(dim=-1)  # [n]
+        torch.argmax(key, dim=-1, out=token_out)  # [n]
     else:
-        chosen, index = x.max(dim=-1)  # [n], [n]
-        token_out.copy_(index)
-        top = chosen
-    at = None
-    if current is not None:
+        torch.argmax(x, dim=-1, out=token_out)  # [n]
+    # softmax, then gather, as the reference decoders do (torch.softmax's own exp(x - max) / sum):
+    # exp(x_token - logsumexp) would lose near-1 probabilities (logsumexp's float32 spacing at
+    # |x| ~ 20 is ~2e-6, which maps 0.9999937, 0.9999923 and 0.9999911 to one value)
+    probs = torch.softmax(x, dim=-1, out=scratch)  # [n, V]; NaN rows for a NaN or all -inf row
+    prob_out.copy_(probs.gather(-1, token_out[:, None]).squeeze(-1))  # [n]
+    if current_out is not None and current is not None:
         vocab = x.shape[-1]
         valid = (current >= 0) & (current < vocab)  # [n]
-        at = x.gather(-1, current.clamp(0, vocab - 1)[:, None]).squeeze(-1)  # [n]
-        at = at.masked_fill(~valid, -float("inf"))
-    # log-sum-exp as torch.logsumexp computes it (an infinite max is shifted by 0), in place in `x`
-    shift = top.masked_fill(torch.isinf(top), 0.0)  # [n]
-    lse = x.sub_(shift[:, None]).exp_().sum(-1).log_().add_(shift)  # [n]
-    torch.exp(chosen - lse, out=prob_out)  # [n]
-    if current_out is not None and at is not None:
-        torch.exp(at - lse, out=current_out)  # [n]; NaN when the row has a NaN (lse is NaN)
+        at = probs.gather(-1, current.clamp(0, vocab - 1)[:, None]).squeeze(-1)  # [n]
+        current_out.copy_(torch.where(valid | prob_out.isnan(), at, 0.0))  # [n]
 
 
 def _candidates_rows(
@@ -106,18 +109,18 @@ def _candidates_rows(
     suppress_ids: tuple[int, ...],
     current: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Rows in chunks of about `_CHUNK_BYTES`, all through one preallocated float32 working buffer
-    (and one noise buffer when sampling), so the memory a call adds is the same every call and
-    every process, whatever the allocator does with freed blocks."""
+    """Rows in chunks, all through two preallocated float32 buffers of about `_CHUNK_BYTES / 2` each
+    (the working copy; the noise, then the softmax), so the memory a call adds is the same every call
+    and every process, whatever the allocator does with freed blocks."""
     lead = logits.shape[:-1]
     vocab = logits.shape[-1]
     flat = logits.reshape(-1, vocab)  # [N, V]
     n = flat.shape[0]
     device = logits.device
     flat_current = None if current is None else current.reshape(-1)  # [N]
-    rows = max(1, min(n, _CHUNK_BYTES // (4 * vocab)))
+    rows = max(1, min(n, _CHUNK_BYTES // (2 * 4 * vocab)))  # two [rows, V] float32 buffers
     work = torch.empty(rows, vocab, dtype=torch.float32, device=device)  # [rows, V] reused by every chunk
-    noise = torch.empty_like(work) if temperature > 0 else None  # [rows, V]
+    scratch = torch.empty_like(work)  # [rows, V] the sampling noise, then the chunk's softmax
     token = torch.empty(n, dtype=torch.long, device=device)  # [N]
     prob = torch.empty(n, dtype=torch.float32, device=device)  # [N]
     current_prob = None if current is None else torch.empty_like(prob)  # [N]
@@ -127,7 +130,7 @@ def _candidates_rows(
         _candidates_chunk(
             flat[start:stop],
             work[:m],
-            None if noise is None else noise[:m],
+            scratch[:m],
             temperature,
             top_k,
             top_p,
