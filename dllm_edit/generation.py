@@ -286,6 +286,7 @@ def _decode(
                 step=steps,
                 block_index=block_index,
                 active=active,
+                mask_token_id=special.mask,
             )
             commit, edit, new = _combine([s.step(ctx) for s in strategies], old)
             commit = commit & active[:, None]  # [B, S]

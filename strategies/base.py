@@ -32,6 +32,8 @@ class StepContext:
         step: LongTensor `[B]`, forwards already spent by each row in this block (0 on the first step).
         block_index: index of the active block among the generated blocks (0 for the first).
         active: BoolTensor `[B]`, rows that are still decoding this block.
+        mask_token_id: the mask token id (for strategies that write it, e.g. `LowConfidenceRemask`);
+            the decoding loop always sets it.
     """
 
     tokens: torch.Tensor
@@ -43,6 +45,7 @@ class StepContext:
     step: torch.Tensor
     block_index: int
     active: torch.Tensor
+    mask_token_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,8 @@ class Strategy:
         unmasks: True if the strategy fills masked positions (a run needs at least one).
         needs_window: number of finished blocks before the active one that must be in the span
             (multi-block editing); 0 for single-block strategies.
+        extra_forwards_per_block: forwards a block may need beyond `block_length + max_post_steps`
+            (strategies that put masks back); 0 for the others.
     """
 
     name: ClassVar[str] = ""
@@ -84,6 +89,12 @@ class Strategy:
 
     @property
     def needs_window(self) -> int:
+        return 0
+
+    @property
+    def extra_forwards_per_block(self) -> int:
+        """Forwards a block may need beyond `block_length + max_post_steps` because of this strategy
+        (e.g. remasking puts masks back); the config refuses a hard cap below the sum."""
         return 0
 
     def step(self, ctx: StepContext) -> StepResult:  # pragma: no cover - abstract
