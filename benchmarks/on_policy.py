@@ -28,7 +28,6 @@ import statistics
 import time
 import warnings
 
-import torch
 from datasets import Dataset
 from edit_sft import FAMILIES, build_model, evaluate
 from verify_confidence import verify_step_scores
@@ -122,8 +121,8 @@ def main() -> None:
     test = synthetic_mixture(FAMILIES, args.test_per_family, split="test", seed=0)
     print(
         f"model: Llama hidden {args.hidden}, {args.layers} layers, char vocab {len(tokenizer)}; batch "
-        f"{args.batch_size}; block {args.block_length}; held-out {len(test)} prompts ({', '.join(FAMILIES)}); "
-        f"seeds {args.seeds}",
+        f"{args.batch_size}; block {args.block_length}; held-out {len(test)} prompts "
+        f"({', '.join(FAMILIES)}); seeds {args.seeds}",
         flush=True,
     )
     results: dict[str, dict[str, list[float]]] = {}
