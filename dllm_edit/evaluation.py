@@ -1,8 +1,8 @@
 """The speed / quality trade-off of editable decoding on held-out data (LLaDA2.1 Tables 1/4 in small).
 
 For each model and each decoding setting — τ_mask, editing off / Q (τ_edit 0.5) / S (τ_edit 0.0)
-(and, on request, S with low-confidence remasking), multi-block editing off / on — the held-out synthetic prompts are scored by exact match and the
-held-out code prompts by the fraction of completions that parse; both report tokens per forward
+(and, on request, S with low-confidence remasking), multi-block editing off / on — the held-out
+synthetic prompts are scored by exact match and the held-out code prompts by the fraction of completions that parse; both report tokens per forward
 (completion tokens / forwards) and tokens per second. Used by `dllm-edit bench` and
 `benchmarks/tradeoff.py`.
 
