@@ -2,9 +2,9 @@
 
 For each model and each decoding setting — τ_mask, editing off / Q (τ_edit 0.5) / S (τ_edit 0.0)
 (and, on request, S with low-confidence remasking), multi-block editing off / on — the held-out
-synthetic prompts are scored by exact match and the held-out code prompts by the fraction of completions that parse; both report tokens per forward
-(completion tokens / forwards) and tokens per second. Used by `dllm-edit bench` and
-`benchmarks/tradeoff.py`.
+synthetic prompts are scored by exact match and the held-out code prompts by the fraction of
+completions that parse; both report tokens per forward (completion tokens / forwards) and tokens
+per second. Used by `dllm-edit bench` and `benchmarks/tradeoff.py`.
 
 An autoregressive model of the same size, trained on the same data, is measured the way a user
 would otherwise decode it — plain `model.generate` (greedy, KV cache) — by `evaluate_autoregressive`:
