@@ -117,12 +117,13 @@ def test_remasking(monkeypatch, capsys):
     lines = {line.split(":")[0].strip(): line for line in out.splitlines() if "remasks" in line}
     assert set(lines) == {"S", "S + remask 0.3", "S + remask 0.6"}
     assert lines["S"].rstrip().endswith("remasks 0")
+
     def field(name, label):
         return float(re.search(rf"{label} (\d+(\.\d+)?)", lines[name]).group(1))
 
     # 8 prompts x at most 3 blocks (16 tokens after the prompt, blocks of 8) x 4 steps x 2 per step
     assert 0 < field("S + remask 0.3", "remasks") <= 8 * 3 * 4 * 2
-    assert field("S + remask 0.3", "tokens/forward") < field("S", "tokens/forward")  # redrafting costs forwards
+    assert field("S + remask 0.3", "tokens/forward") < field("S", "tokens/forward")  # redrafts cost forwards
 
 
 def test_multi_block_editing(monkeypatch, capsys):
