@@ -414,6 +414,21 @@ class EditGenerationConfig(GenerationConfig):
                     "`strategies` must contain an unmasking strategy (e.g. ThresholdUnmask): "
                     "otherwise masked positions are never filled."
                 )
+            self._check_cap_fits(self.strategies)
+
+    def _check_cap_fits(self, strategies: list[Strategy]) -> None:
+        """Refuse a hard cap too small for the extra forwards a strategy may add to a block (e.g.
+        `LowConfidenceRemask`): the cap would end a block with masks left."""
+        extra = max(s.extra_forwards_per_block for s in strategies)
+        cap = self.steps_cap()
+        if cap is not None and extra and cap < self.block_length + self.max_post_steps + extra:
+            needed = self.block_length + self.max_post_steps + extra
+            raise ValueError(
+                f"`max_steps_per_block`={cap} is below the {needed} forwards a block may need "
+                f"(block_length {self.block_length} + max_post_steps {self.max_post_steps} + {extra} for "
+                "the strategies' extra steps, e.g. LowConfidenceRemask.max_steps): a block could end with a "
+                f"mask left. Raise max_steps_per_block to >= {needed}, or lower the strategy's max_steps."
+            )
 
     def _validate_sampling(self) -> None:
         temperature = self.temperature if self.temperature is not None else 0.0

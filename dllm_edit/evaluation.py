@@ -1,10 +1,10 @@
 """The speed / quality trade-off of editable decoding on held-out data (LLaDA2.1 Tables 1/4 in small).
 
-For each model and each decoding setting — τ_mask, editing off / Q (τ_edit 0.5) / S (τ_edit 0.0),
-multi-block editing off / on — the held-out synthetic prompts are scored by exact match and the
-held-out code prompts by the fraction of completions that parse; both report tokens per forward
-(completion tokens / forwards) and tokens per second. Used by `dllm-edit bench` and
-`benchmarks/tradeoff.py`.
+For each model and each decoding setting — τ_mask, editing off / Q (τ_edit 0.5) / S (τ_edit 0.0)
+(and, on request, S with low-confidence remasking), multi-block editing off / on — the held-out
+synthetic prompts are scored by exact match and the held-out code prompts by the fraction of
+completions that parse; both report tokens per forward (completion tokens / forwards) and tokens
+per second. Used by `dllm-edit bench` and `benchmarks/tradeoff.py`.
 
 An autoregressive model of the same size, trained on the same data, is measured the way a user
 would otherwise decode it — plain `model.generate` (greedy, KV cache) — by `evaluate_autoregressive`:
@@ -25,8 +25,12 @@ from dllm_edit.config import EditGenerationConfig
 from dllm_edit.data.code_corpus import parses
 from dllm_edit.generation import generate
 from dllm_edit.output import EditGenerationOutput, cut_after_first_eos
+from dllm_edit.strategies import LowConfidenceRemask
 
-EDITING = {"off": None, "Q (0.5)": 0.5, "S (0.0)": 0.0}
+EDITING = {"off": None, "Q (0.5)": 0.5, "S (0.0)": 0.0, "S + remask (0.3)": 0.0}
+DEFAULT_EDITING = ("off", "Q (0.5)", "S (0.0)")
+# editing settings that add `LowConfidenceRemask` (threshold, max remask steps per block) to the strategies
+REMASKING = {"S + remask (0.3)": (0.3, 8)}
 
 
 @dataclass(frozen=True)
@@ -38,7 +42,7 @@ class Setting:
     multi_block_edit: bool
 
     def config(self, max_new_tokens: int, block_length: int) -> EditGenerationConfig:
-        return EditGenerationConfig.from_mode(
+        config = EditGenerationConfig.from_mode(
             "quality",
             threshold=self.threshold,
             editing_threshold=EDITING[self.editing],
@@ -46,14 +50,21 @@ class Setting:
             max_new_tokens=max_new_tokens,
             block_length=block_length,
         )
+        if self.editing not in REMASKING:
+            return config
+        threshold, max_steps = REMASKING[self.editing]
+        remask = LowConfidenceRemask(threshold=threshold, max_steps=min(max_steps, block_length))
+        return config.replace(strategies=[*config.build_strategies(), remask])  # last: it wins ties
 
 
 def tradeoff_settings(
     thresholds: Sequence[float] = (0.9, 0.7, 0.5, 0.3),
-    editing: Sequence[str] = tuple(EDITING),
+    editing: Sequence[str] = DEFAULT_EDITING,
     multi_block_edit: Sequence[bool] = (False, True),
 ) -> list[Setting]:
-    """The grid of settings (every combination).
+    """The grid of settings (every combination). `editing` names keys of `EDITING`; the default
+    leaves out `"S + remask (0.3)"` (the S preset plus `LowConfidenceRemask(0.3)`, at most
+    `min(8, block_length)` remask steps per block), which `dllm-edit bench --remask` adds.
 
     Raises:
         ValueError: an unknown editing name.
@@ -323,7 +334,7 @@ def plot(rows: Sequence[dict[str, Any]], path: str) -> None:
     for r in rows:
         groups.setdefault((r["model"], r["editing"], r["multi_block_edit"]), []).append(r)
     # colour = editing, marker = model, dashed = multi-block editing: every line stays distinguishable
-    colours = dict(zip(EDITING, ("tab:blue", "tab:orange", "tab:green"), strict=True))
+    colours = dict(zip(EDITING, ("tab:blue", "tab:orange", "tab:green", "tab:red"), strict=True))
     markers = "osD^vP"
     names = dict.fromkeys(r["model"] for r in rows)  # in order of appearance
     model_marker = {m: markers[i % len(markers)] for i, m in enumerate(names)}

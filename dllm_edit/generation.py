@@ -321,6 +321,7 @@ def _decode(
                 block_index=block_index,
                 active=active,
                 block_masked=block_masked,
+                mask_token_id=special.mask,
             )
             commit, edit, new = _combine([s.step(ctx) for s in strategies], old)
             commit = commit & active[:, None]  # [B, S]

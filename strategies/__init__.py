@@ -10,11 +10,12 @@ from .registry import (
     register_strategy,
     strategy_from_dict,
 )
+from .remask import LowConfidenceRemask
 from .repeat_penalty import AdjacentRepeatPenalty
 from .schedules import Constant, Cosine, Linear, Schedule, Stepwise, as_schedule, schedule_from_dict
 from .unmask import QuotaUnmask, ThresholdUnmask, masked_count_quota, quota_schedule, select_unmask
 
-for _cls in (ThresholdUnmask, QuotaUnmask, TokenEdit, MultiBlockEdit):
+for _cls in (ThresholdUnmask, QuotaUnmask, TokenEdit, MultiBlockEdit, LowConfidenceRemask):
     register_strategy()(_cls)
 del _cls
 
@@ -24,6 +25,7 @@ __all__ = [
     "Constant",
     "Cosine",
     "Linear",
+    "LowConfidenceRemask",
     "MultiBlockEdit",
     "QuotaUnmask",
     "Schedule",

@@ -34,6 +34,8 @@ class StepContext:
         active: BoolTensor `[B]`, rows that are still decoding this block.
         block_masked: LongTensor `[B]`, masked positions of the active block at its first step
             (what LLaDA-1's quota spreads over the steps); None where a caller does not track it.
+        mask_token_id: the mask token id (for strategies that write it, e.g. `LowConfidenceRemask`);
+            the decoding loop always sets it.
     """
 
     tokens: torch.Tensor
@@ -46,6 +48,7 @@ class StepContext:
     block_index: int
     active: torch.Tensor
     block_masked: torch.Tensor | None = None
+    mask_token_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,8 @@ class Strategy:
         unmasks: True if the strategy fills masked positions (a run needs at least one).
         needs_window: number of finished blocks before the active one that must be in the span
             (multi-block editing); 0 for single-block strategies.
+        extra_forwards_per_block: forwards a block may need beyond `block_length + max_post_steps`
+            (strategies that put masks back); 0 for the others.
     """
 
     name: ClassVar[str] = ""
@@ -87,6 +92,12 @@ class Strategy:
 
     @property
     def needs_window(self) -> int:
+        return 0
+
+    @property
+    def extra_forwards_per_block(self) -> int:
+        """Forwards a block may need beyond `block_length + max_post_steps` because of this strategy
+        (e.g. remasking puts masks back); the config refuses a hard cap below the sum."""
         return 0
 
     def step(self, ctx: StepContext) -> StepResult:  # pragma: no cover - abstract

@@ -35,7 +35,9 @@ def char_model_dir(tmp_path_factory):
 
 def test_grid_rows_have_every_measure(char_model_dir):
     _, model, tokenizer = char_model_dir
-    settings = tradeoff_settings([0.7], editing=["off", "S (0.0)"], multi_block_edit=[False, True])
+    settings = tradeoff_settings(
+        [0.7], editing=["off", "S (0.0)", "S + remask (0.3)"], multi_block_edit=[False, True]
+    )
     synthetic = synthetic_examples("sort", 3, split="test")
     code = [{"prompt": "def f(x):", "completion": "\n    return x\n"}]
     rows = tradeoff(
@@ -48,11 +50,13 @@ def test_grid_rows_have_every_measure(char_model_dir):
         synthetic_tokens=8,
         code_tokens=8,
     )
-    assert len(rows) == 4
+    assert len(rows) == 6
+    remasking = settings[2].config(8, 4).build_strategies()
+    assert [type(s).__name__ for s in remasking] == ["ThresholdUnmask", "TokenEdit", "LowConfidenceRemask"]
     for row in rows:
         assert 0 <= row["accuracy"] <= 100 and 0 <= row["parse_rate"] <= 100
         assert row["tpf_synthetic"] > 0 and row["tpf_code"] > 0
-    assert format_table(rows).count("\n") == 5
+    assert format_table(rows).count("\n") == 7
     with pytest.raises(ValueError, match="editing"):
         tradeoff_settings(editing=["sometimes"])
 

@@ -22,6 +22,7 @@ RECIPES = {
     "multi_block_editing.py": "multi-block-editing.md",
     "streaming.py": "streaming.md",
     "batch_decoding.py": "batch-decoding.md",
+    "remasking.py": "remasking.md",
 }
 
 
@@ -109,6 +110,20 @@ def test_threshold_schedules(monkeypatch, capsys):
     assert "stepwise τ_edit at blocks 0-3: [0.9, 0.5, 0.5, 0.5]" in out
     assert "linear τ_edit at blocks 0-3: [0.5, 0.25, 0.0, 0.0]" in out
     assert sum("unmasked at steps 0-3" in line for line in out.splitlines()) == 4
+
+
+def test_remasking(monkeypatch, capsys):
+    out = run_recipe("remasking.py", "--tiny", monkeypatch=monkeypatch, capsys=capsys)
+    lines = {line.split(":")[0].strip(): line for line in out.splitlines() if "remasks" in line}
+    assert set(lines) == {"S", "S + remask 0.3", "S + remask 0.6"}
+    assert lines["S"].rstrip().endswith("remasks 0")
+
+    def field(name, label):
+        return float(re.search(rf"{label} (\d+(\.\d+)?)", lines[name]).group(1))
+
+    # 8 prompts x at most 3 blocks (16 tokens after the prompt, blocks of 8) x 4 steps x 2 per step
+    assert 0 < field("S + remask 0.3", "remasks") <= 8 * 3 * 4 * 2
+    assert field("S + remask 0.3", "tokens/forward") < field("S", "tokens/forward")  # redrafts cost forwards
 
 
 def test_multi_block_editing(monkeypatch, capsys):

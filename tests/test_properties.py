@@ -12,6 +12,7 @@ import dllm_edit
 from dllm_edit.strategies import (
     Cosine,
     Linear,
+    LowConfidenceRemask,
     MultiBlockEdit,
     QuotaUnmask,
     StepContext,
@@ -204,6 +205,7 @@ def test_step_mutates_nothing(b, s, seed):
         step=torch.randint(0, 3, (b,), generator=g),
         block_index=1,
         active=torch.ones(b, dtype=torch.bool),
+        mask_token_id=9,
     )
     before = {k: v.clone() for k, v in vars(ctx).items() if isinstance(v, torch.Tensor)}
     strategies = [
@@ -211,6 +213,7 @@ def test_step_mutates_nothing(b, s, seed):
         QuotaUnmask(steps=3, block_length=max(3, s)),
         TokenEdit(0.2),
         MultiBlockEdit(1, 0.3),
+        LowConfidenceRemask(0.5, max_steps=2, max_per_step=2),
     ]
     for strategy in strategies:
         frozen = strategy.to_dict()

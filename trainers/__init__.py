@@ -22,6 +22,7 @@ from .diffusion_forward import DiffusionForward, block_diffusion_allowed, resolv
 from .ebpo_loss import SurrogateTerms, ebpo_surrogate
 from .elbo import counter_uniform, elbo_token_logps
 from .objective import ObjectiveTerms, edit_objective
+from .on_policy import OnPolicyDraft, draft_masked
 from .rewards import exact_match_reward, group_advantages
 
 _LAZY = {
@@ -56,10 +57,12 @@ __all__ = [
     "EditSFTConfig",
     "EditSFTTrainer",
     "ObjectiveTerms",
+    "OnPolicyDraft",
     "SurrogateTerms",
     "block_diffusion_allowed",
     "corrupt_response",
     "counter_uniform",
+    "draft_masked",
     "ebpo_surrogate",
     "edit_objective",
     "elbo_token_logps",

@@ -11,6 +11,7 @@ from .config_fields import SFT_REFUSED, check_refused
 from .corruption import check_rate_range
 from .diffusion_forward import ATTENTION_FORMS
 from .objective import MASK_LOSS_WEIGHTINGS
+from .on_policy import ON_POLICY_DRAFTS, check_on_policy_fields
 
 NOISE_GRANULARITIES = ("sequence", "block")
 
@@ -57,6 +58,18 @@ class EditSFTConfig(SFTConfig):
             predictions, trained to recover the clean tokens.
         mtf_fill_rate (float): fraction of the still-masked positions each extra MTF turn fills
             with the model's predictions (default 0.5).
+        on_policy_rate (float): fraction of the examples whose masked positions are drafted by the
+            model itself before the training forward (default 0 = off; the on-policy editing stream,
+            `dllm_edit.trainers.on_policy`): the training pass then learns to rewrite the model's own
+            wrong drafts (T2T on real mistakes) and to fill the masks left. Costs one extra forward
+            without gradient per on-policy example.
+        on_policy_warmup_steps (int): optimizer steps trained on ordinary noise before drafts are
+            used (default 0); a model at initialisation drafts noise.
+        on_policy_draft (str): `"argmax"` (default, the greedy decoder's draft) or `"sample"`
+            (temperature 1).
+        on_policy_confidence (float): draft a masked position only where the proposal's probability
+            is `> on_policy_confidence` (default 0.5, what one S-mode step commits; 0.0 drafts
+            every masked position). Positions below it stay masked (M2T).
         mask_token_id (int | None): the mask token; default: the tokenizer's `mask_token_id`, then
             the model config's.
         block_length (int): tokens per block (default 32, as LLaDA2.x). Sequences are padded to a
@@ -135,6 +148,21 @@ class EditSFTConfig(SFTConfig):
         default=0.5,
         metadata={"help": "Fraction of still-masked positions each extra MTF turn fills with predictions."},
     )
+    on_policy_rate: float = field(
+        default=0.0,
+        metadata={"help": "Fraction of examples whose masked positions the model drafts itself (0 = off)."},
+    )
+    on_policy_warmup_steps: int = field(
+        default=0, metadata={"help": "Optimizer steps on ordinary noise before the model's drafts are used."}
+    )
+    on_policy_draft: str = field(
+        default="argmax",
+        metadata={"help": "How the model drafts: 'argmax' or 'sample'.", "choices": list(ON_POLICY_DRAFTS)},
+    )
+    on_policy_confidence: float = field(
+        default=0.5,
+        metadata={"help": "Draft a masked position only where p > this (0.5: one S-mode step; 0: all)."},
+    )
     pad_response_with_eos: bool = field(
         default=True,
         metadata={"help": "Extend responses with supervised EOS tokens to the end of their last block."},
@@ -175,6 +203,9 @@ class EditSFTConfig(SFTConfig):
                 f"`edit_noise_in_context` must lie in [0, 1], got {self.edit_noise_in_context!r}: it is the "
                 "fraction of replacements drawn from the response's own tokens (e.g. 0.5)."
             )
+        check_on_policy_fields(
+            self.on_policy_rate, self.on_policy_warmup_steps, self.on_policy_draft, self.on_policy_confidence
+        )
         if not 0.0 <= self.mtf_fill_rate <= 1.0:
             raise ValueError(f"`mtf_fill_rate` must lie in [0, 1], got {self.mtf_fill_rate!r}.")
         if not isinstance(self.block_length, int) or self.block_length < 1:

@@ -37,6 +37,7 @@ from .example_noise import (
     row_extents,
 )
 from .objective import edit_objective
+from .on_policy import choose_rows, draft_masked
 from .router_loss import load_balancing_loss, moe_routing, record_router_logits, router_output_spec
 from .sft_config import EditSFTConfig
 from .sft_data import check_dataset_format, conversations_to_prompt_completion, needs_chat_template
@@ -99,7 +100,10 @@ class EditSFTTrainer(SavesDecodingConfig, SFTTrainer):
     replaced by random tokens), run through the model in its training form (vectorised block
     diffusion for block-causal models, full attention for bidirectional ones) and scored by the
     drafting + editing + clean objective (`dllm_edit.trainers.objective`). With `mtf_turns > 1` the
-    model is run again on drafts built from its own predictions (Multi-turn Forward). The three terms
+    model is run again on drafts built from its own predictions (Multi-turn Forward). With
+    `on_policy_rate > 0`, that fraction of the examples is first drafted by the model itself in a
+    no-gradient forward (`dllm_edit.trainers.on_policy`), so the editing term sees the model's own
+    mistakes (logged as `draft_error_rate`, the share of drafted tokens that are wrong). The three terms
     are logged as `drafting_nll`, `editing_nll`, `clean_nll` (mean nll per position of each kind).
 
     Arguments are those of `trl.SFTTrainer` (model, args, data_collator, train_dataset, eval_dataset,
@@ -388,6 +392,8 @@ class EditSFTTrainer(SavesDecodingConfig, SFTTrainer):
         forward = DiffusionForward(model, self.attention_form, args.block_length)
         normalizer = response.sum() if num_items_in_batch is None else num_items_in_batch
         noisy, rate = corruption.noisy, corruption.mask_rate
+        if args.on_policy_rate > 0 and self.state.global_step >= args.on_policy_warmup_steps:
+            noisy = self._on_policy(model, forward, noisy, clean, valid, response, generators, mode)
         loss = torch.zeros((), device=ids.device)
         nll_sums = torch.zeros(3, device=ids.device)
         counts = torch.zeros(3, device=ids.device)
@@ -430,6 +436,42 @@ class EditSFTTrainer(SavesDecodingConfig, SFTTrainer):
             self._metrics[mode]["aux_loss"].append(aux)
         self._record_terms(mode, nll_sums, counts, valid)
         return loss
+
+    def _on_policy(
+        self,
+        model: Any,
+        forward: DiffusionForward,
+        noisy: torch.Tensor,
+        clean: torch.Tensor,
+        valid: torch.Tensor,
+        response: torch.Tensor,
+        generators: list[torch.Generator],
+        mode: str,
+    ) -> torch.Tensor:
+        """The on-policy editing stream (`dllm_edit.trainers.on_policy`): `noisy` `[B, T]` with the
+        masked positions of the chosen examples drafted by the model; logs how often the draft is wrong."""
+        args = self.args
+        rows = choose_rows(generators, args.on_policy_rate, noisy.device)  # [B]
+        out = draft_masked(
+            forward,
+            model,
+            noisy,
+            clean,
+            valid,
+            response,
+            rows,
+            mask_token_id=self.mask_token_id,
+            draft=args.on_policy_draft,
+            confidence=args.on_policy_confidence,
+            suppress_ids=self.never_sample,
+            generator=generators,
+        )
+        wrong = (out.drafted & (out.noisy != clean)).sum()
+        totals = self.accelerator.gather_for_metrics(torch.stack([out.drafted.sum(), wrong])[None]).sum(0)
+        drafted, wrong_total = totals.tolist()
+        if drafted > 0:
+            self._metrics[mode]["draft_error_rate"].append(wrong_total / drafted)
+        return out.noisy
 
     def _record_terms(
         self, mode: str, nll_sums: torch.Tensor, counts: torch.Tensor, valid: torch.Tensor

@@ -50,6 +50,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="τ_mask values (default 0.9 0.7 0.5 0.3; 0.7 0.5 with --quick)",
     )
+    parser.add_argument(
+        "--remask",
+        action="store_true",
+        help="add the S preset with low-confidence remasking (LowConfidenceRemask 0.3) to the grid",
+    )
     parser.add_argument("--no-mbe", action="store_true", help="skip the multi-block-editing half of the grid")
     parser.add_argument(
         "--quick", action="store_true", help="defaults to τ_mask 0.7 and 0.5, no MBE, 40 + 10 prompts"
@@ -121,7 +126,12 @@ def run(argv: Sequence[str]) -> int:
     autoregressive = _load(ar_specs, args.trust_remote_code)
     synthetic = builtin_rows("dllm_edit:synthetic", "test")[: args.synthetic]
     code = builtin_rows("dllm_edit:code", "test")[: args.code]
-    settings = tradeoff_settings(args.thresholds, multi_block_edit=(False,) if args.no_mbe else (False, True))
+    from dllm_edit.evaluation import DEFAULT_EDITING, REMASKING
+
+    editing = (*DEFAULT_EDITING, *REMASKING) if args.remask else DEFAULT_EDITING
+    settings = tradeoff_settings(
+        args.thresholds, editing=editing, multi_block_edit=(False,) if args.no_mbe else (False, True)
+    )
     rows = tradeoff(models, synthetic, code, settings, autoregressive=autoregressive)
     print(
         f"held-out: {len(synthetic)} synthetic prompts (exact match), {len(code)} code prompts (parse rate)"

@@ -1,0 +1,163 @@
+"""LowConfidenceRemask: its rule, its loop guard, and the decoding invariants with it in the list."""
+
+import pytest
+import torch
+from conftest import EOS, MASK, PAD, left_pad, tiny_llama
+from denoisers import BagDenoiser
+from hypothesis import given
+from hypothesis import strategies as st
+
+import dllm_edit
+from dllm_edit.strategies import (
+    LowConfidenceRemask,
+    StepContext,
+    ThresholdUnmask,
+    TokenEdit,
+    get_strategy,
+    strategy_from_dict,
+)
+
+IDS = dict(mask_token_id=MASK, eos_token_id=EOS, pad_token_id=PAD)
+BAG = BagDenoiser(vocab_size=48, sharpness=1.0)  # soft logits: many candidates below a threshold
+
+
+def context(probs, step=0, editable=None, mask_token_id=MASK):
+    probs = torch.tensor(probs)  # [B, S]
+    tokens = torch.arange(probs.numel()).reshape(probs.shape) + 2  # [B, S]
+    return StepContext(
+        tokens=tokens,
+        masked=torch.zeros_like(tokens, dtype=torch.bool),
+        editable=torch.ones_like(tokens, dtype=torch.bool) if editable is None else torch.tensor(editable),
+        in_block=torch.ones(tokens.shape[1], dtype=torch.bool),
+        cand_tokens=tokens,
+        cand_probs=probs,
+        step=torch.full((tokens.shape[0],), step),
+        block_index=0,
+        active=torch.ones(tokens.shape[0], dtype=torch.bool),
+        mask_token_id=mask_token_id,
+    )
+
+
+def test_rule_budget_and_guard():
+    strategy = LowConfidenceRemask(threshold=0.5, max_steps=2, max_per_step=2)
+    ctx = context([[0.4, 0.1, 0.6, 0.2, 0.5]], step=1)
+    result = strategy.step(ctx)
+    # strictly below 0.5, the two least confident: positions 1 and 3 (0.4 passes but the budget is 2)
+    assert result.edit.tolist() == [[False, True, False, True, False]]
+    assert result.tokens[result.edit].eq(MASK).all() and not result.commit.any()
+    assert torch.equal(result.tokens[~result.edit], ctx.tokens[~result.edit])
+    assert not strategy.step(context([[0.1, 0.1]], step=2)).edit.any()  # the guard: only steps 0, 1
+    prompt = context([[0.1, 0.1]], editable=[[False, True]])
+    assert strategy.step(prompt).edit.tolist() == [[False, True]]  # the prompt is never remasked
+    with pytest.raises(ValueError, match="mask_token_id"):
+        strategy.step(context([[0.1]], mask_token_id=None))
+
+
+def test_fields_are_validated_and_round_trip():
+    for bad in (dict(max_steps=0), dict(max_per_step=0), dict(max_steps=True), dict(threshold=1.5)):
+        with pytest.raises(ValueError, match=next(iter(bad)).replace("threshold", "remask_threshold")):
+            LowConfidenceRemask(**bad)
+    strategy = LowConfidenceRemask(threshold=0.2, max_steps=3, max_per_step=2)
+    assert get_strategy("LowConfidenceRemask") is LowConfidenceRemask
+    assert strategy_from_dict(strategy.to_dict()) == strategy
+    cfg = dllm_edit.EditGenerationConfig(strategies=[ThresholdUnmask(0.5), strategy], block_length=4, **IDS)
+    assert cfg.replace(max_new_tokens=8).strategies == [ThresholdUnmask(0.5), strategy]
+
+
+def test_a_cap_too_small_for_the_guard_is_refused():
+    strategies = [ThresholdUnmask(0.5), LowConfidenceRemask(max_steps=4)]
+    with pytest.raises(ValueError, match=r"max_steps_per_block`=10 is below the 12"):
+        dllm_edit.EditGenerationConfig(
+            strategies=strategies, block_length=4, max_post_steps=4, max_steps_per_block=10
+        )
+    with pytest.raises(ValueError, match="max_steps_per_block"):  # auto cap 2*4+4 = 12 < 4 + 4 + 5
+        dllm_edit.EditGenerationConfig(
+            strategies=[ThresholdUnmask(0.5), LowConfidenceRemask(max_steps=5)],
+            block_length=4,
+            max_post_steps=4,
+        )
+
+
+def remask_slots(rec):
+    """BoolTensor `[B, S]`: written slots the step turned back into masks."""
+    return rec.edit & (rec.after == MASK) & ~rec.masked
+
+
+@given(
+    rows=st.lists(st.lists(st.integers(2, MASK - 1), min_size=1, max_size=7), min_size=1, max_size=3),
+    block_length=st.integers(1, 6),
+    max_new_tokens=st.integers(1, 12),
+    threshold=st.floats(0.0, 1.0),
+    edit=st.one_of(st.none(), st.floats(0.0, 1.0)),
+    remask=st.floats(0.0, 1.0),
+    max_steps=st.integers(1, 6),
+    max_per_step=st.integers(1, 3),
+    max_post_steps=st.integers(0, 3),
+)
+def test_invariants_with_remasking(
+    rows, block_length, max_new_tokens, threshold, edit, remask, max_steps, max_per_step, max_post_steps
+):
+    max_steps = min(max_steps, block_length)  # within the default cap (larger ones are refused)
+    strategy = LowConfidenceRemask(threshold=remask, max_steps=max_steps, max_per_step=max_per_step)
+    strategies = [ThresholdUnmask(threshold), *([] if edit is None else [TokenEdit(edit)]), strategy]
+    ids, mask = left_pad(rows)
+    out = dllm_edit.generate(
+        BAG,
+        ids,
+        attention_mask=mask,
+        adapter="block_causal",
+        use_cache=False,
+        output_trace=True,
+        strategies=strategies,
+        block_length=block_length,
+        max_new_tokens=max_new_tokens,
+        max_post_steps=max_post_steps,
+        eos_early_stop=False,
+        **IDS,
+    )
+    width = ids.shape[1]
+    assert torch.equal(out.sequences[:, :width], ids)  # the prompt never changes
+    assert not (out.sequences[:, width:] == MASK).any()  # the guard runs out, every mask is filled
+    forwards = {}
+    for rec in out.trace:
+        remasked = remask_slots(rec)  # [B, S]
+        assert not (remasked & ~rec.active[:, None]).any()
+        assert (rec.probs[remasked] < remask).all()  # only where p < τ
+        assert (remasked.sum(-1) <= max_per_step).all()
+        forwards.setdefault(rec.block, torch.zeros_like(rec.active, dtype=torch.long))
+        if remasked.any():
+            assert int(forwards[rec.block][remasked.any(-1)].max()) < max_steps  # the guard: early steps only
+        forwards[rec.block] += rec.active
+    for count in forwards.values():  # terminates within the bound (below the hard cap)
+        assert int(count.max()) <= block_length + max_post_steps + max_steps
+
+
+def test_remasking_redrafts_and_works_with_every_adapter_and_the_cache():
+    strategies = [ThresholdUnmask(0.5), TokenEdit(0.9), LowConfidenceRemask(threshold=0.6, max_steps=4)]
+    cfg = dllm_edit.EditGenerationConfig(
+        strategies=strategies, block_length=4, max_new_tokens=8, max_post_steps=2, **IDS
+    )
+    ids = torch.tensor([[5, 6, 7], [9, 10, 11]])
+    llama = tiny_llama(seed=3)
+    off = dllm_edit.generate(llama, ids, generation_config=cfg, use_cache=False, output_trace=True)
+    on = dllm_edit.generate(llama, ids, generation_config=cfg, use_cache=True)
+    assert torch.equal(on.sequences, off.sequences) and torch.equal(on.num_forwards, off.num_forwards)
+    assert any(remask_slots(rec).any() for rec in off.trace)  # a random model is unsure: it remasks
+    plain = dllm_edit.generate(llama, ids, generation_config=cfg.replace(strategies=strategies[:2]))
+    assert (off.num_forwards > plain.num_forwards).any()  # redrafting costs forwards
+    from transformers import BertConfig, BertForMaskedLM
+
+    torch.manual_seed(0)
+    bert = BertForMaskedLM(
+        BertConfig(
+            vocab_size=MASK + 1,
+            hidden_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=4,
+            intermediate_size=64,
+        )
+    ).eval()
+    for model, adapter in ((llama, "bidirectional"), (llama, "shifted"), (bert, "masked_lm")):
+        out = dllm_edit.generate(model, ids, generation_config=cfg, adapter=adapter, output_trace=True)
+        assert not (out.sequences[:, 3:] == MASK).any()
+        assert any(remask_slots(rec).any() for rec in out.trace)
