@@ -1,6 +1,6 @@
 """`dllm-edit generate` and `dllm-edit compare`: decode a prompt with the editable decoder.
 
-    dllm-edit generate "def fibonacci(n):" [--model PATH_OR_ID] [--mode speedy|quality] [--json]
+    dllm-edit generate "def fibonacci(n):" [--model PATH_OR_ID] [--mode speedy|quality|llada] [--json]
     dllm-edit compare  "def fibonacci(n):" [--model PATH_OR_ID]
 
 Without `--model`, the small model shipped in the package decodes (`dllm_edit.load_default()`).
@@ -63,7 +63,10 @@ def build_generate_parser() -> argparse.ArgumentParser:
     )
     add_decoding_arguments(parser)
     parser.add_argument(
-        "--mode", default="speedy", help="decoding preset: speedy (S, default) or quality (Q)"
+        "--mode",
+        default="speedy",
+        help="decoding preset: speedy (S, default), quality (Q) or llada (LLaDA-1's rule, for "
+        "bidirectional models; see docs/concepts/canvas.md)",
     )
     parser.add_argument("--threshold", type=float, default=None, help="τ_mask, overrides the preset's")
     parser.add_argument(
