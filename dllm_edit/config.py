@@ -9,7 +9,7 @@ from typing import Any
 
 from transformers import GenerationConfig
 
-from dllm_edit.config_fields import METADATA, REFUSED, is_off, refused_fields_set
+from dllm_edit.config_fields import METADATA, REFUSED, describe_refused, is_off, refused_fields_set
 from dllm_edit.layout import BLOCK_STARTS
 from dllm_edit.strategies import (
     MultiBlockEdit,
@@ -312,10 +312,10 @@ class EditGenerationConfig(GenerationConfig):
         refused = {key: fields.pop(key) for key in list(fields) if key in REFUSED}
         refused = {key: value for key, value in refused.items() if not is_off(key, value)}
         if refused and strict:
-            reasons = "; ".join(f"`{key}`={value!r}: {REFUSED[key]}" for key, value in refused.items())
             raise ValueError(
-                f"GenerationConfig field(s) with no meaning for diffusion decoding: {reasons}. Unset them, "
-                "or pass an EditGenerationConfig (see EditGenerationConfig.from_mode)."
+                "GenerationConfig field(s) with no meaning for diffusion decoding: "
+                f"{describe_refused(refused)}. Unset them, or pass an EditGenerationConfig (see "
+                "EditGenerationConfig.from_mode)."
             )
         if refused:
             logger.warning(
@@ -396,10 +396,9 @@ class EditGenerationConfig(GenerationConfig):
         self._validate_sampling()
         refused = refused_fields_set(self)
         if refused:
-            reasons = "; ".join(f"`{name}`={value!r}: {REFUSED[name]}" for name, value in refused.items())
             raise ValueError(
-                f"Unsupported generation option(s) for diffusion decoding: {reasons}. Unset them "
-                "(the full table is dllm_edit.config_fields)."
+                f"Unsupported generation option(s) for diffusion decoding: {describe_refused(refused)}. "
+                "Unset them (the full table is dllm_edit.config_fields)."
             )
         if not isinstance(self.repeat_penalty, (int, float)) or self.repeat_penalty < 0:
             raise ValueError(f"`repeat_penalty` must be a float >= 0 (0 = off), got {self.repeat_penalty!r}.")

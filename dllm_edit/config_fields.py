@@ -169,6 +169,11 @@ def refused_fields_set(config: Any) -> dict[str, Any]:
     }
 
 
+def describe_refused(fields: dict[str, Any]) -> str:
+    """`"`name`=value: reason; ..."` for refused fields (the body of the error message)."""
+    return "; ".join(f"`{name}`={value!r}: {REFUSED[name]}" for name, value in fields.items())
+
+
 def unclassified_fields() -> list[str]:
     """Fields of the installed `GenerationConfig` that none of the tables lists (a test keeps this empty)."""
     known = set(HONOURED) | set(METADATA) | set(REFUSED)
