@@ -579,6 +579,10 @@ class EditGenerationConfig(GenerationConfig):
         full = self.to_dict()
         for key in _DEFAULTS:
             out[key] = full[key]
+        if not self.do_sample and not self.temperature:
+            # greedy is the default on load (ours and transformers'); a written `temperature: 0.0` next
+            # to `do_sample: false` makes transformers warn on every load of the model
+            out.pop("temperature", None)
         return out
 
 
