@@ -24,9 +24,8 @@ from __future__ import annotations
 
 import torch
 
-from dllm_edit.kernels import masked_logprob
-
 from .diffusion_forward import DiffusionForward
+from .hidden_states import token_logprob
 
 ELBO_WEIGHTINGS = ("inverse_t", "uniform")
 _MASK32 = 0xFFFFFFFF
@@ -201,8 +200,8 @@ def weighted_masked_logps(
         if not masks[n].any():
             continue
         noisy = clean.masked_fill(masks[n], mask_token_id)  # [B, T]
-        logits = forward(noisy, clean, valid)  # [B, T, V]
-        logp = masked_logprob(logits, clean, masks[n])  # [M]
+        scores = forward.scores(noisy, clean, valid)  # [B, T, V] logits, or HiddenStates
+        logp = token_logprob(scores, clean, masks[n])  # [M]
         step = torch.zeros_like(total).masked_scatter(masks[n], logp)  # [B, T]
         total = total + weights[:, n, None] * step
     return total
