@@ -120,3 +120,15 @@ def test_trainers_refuse_a_non_bool_flag(tmp_path):
 
     with pytest.raises(ValueError, match="fused_lm_head"):
         EditSFTConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True, fused_lm_head="yes")
+
+
+def test_the_memory_benchmark_tiny_mode_checks_both_paths_agree(monkeypatch, capsys):
+    import runpy
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "trainer_memory.py"
+    monkeypatch.setattr(sys, "argv", [str(script), "--tiny"])
+    runpy.run_path(str(script), run_name="__main__")
+    out = capsys.readouterr().out
+    assert "sft: loss" in out and "elbo: loss" in out and out.count("gradients equal: OK") == 2
