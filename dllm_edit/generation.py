@@ -215,7 +215,10 @@ def generate(
     stream = StreamBridge(streamer, layout, special)
     try:
         stream.prompt(input_ids)
-        propose = Proposer(config, special, logits_processor, generator, device=input_ids.device)
+        current = any(s.needs_current_probs for s in strategies)
+        propose = Proposer(
+            config, special, logits_processor, generator, device=input_ids.device, current_probs=current
+        )
         num_forwards, num_edits, trace = _decode(
             model, adapter_obj, config, strategies, layout, canvas, special, use_cache, stream, propose
         )
@@ -303,11 +306,16 @@ def _decode(
 
             logits = session.logits(canvas, block, w)  # [R, S, V]
             if all_rows:
-                cand_tokens, cand_probs = propose(logits, canvas, span)  # [B, S], [B, S]
+                cand_tokens, cand_probs, current_probs = propose(logits, canvas, span)  # [B, S] x 3
             else:
-                row_tokens, row_probs = propose(logits, canvas[rows], span)  # [R, S], [R, S]
+                row_tokens, row_probs, row_current = propose(logits, canvas[rows], span)  # [R, S] x 3
                 cand_tokens = old.index_copy(0, rows, row_tokens)  # [B, S] frozen rows keep their tokens
                 cand_probs = torch.zeros(old.shape, device=device).index_copy(0, rows, row_probs)  # [B, S]
+                current_probs = (
+                    None
+                    if row_current is None
+                    else torch.zeros(old.shape, device=device).index_copy(0, rows, row_current)
+                )  # [B, S]
             bad = (~torch.isfinite(cand_probs)).any(-1) & active  # [B]
 
             ctx = StepContext(
@@ -322,6 +330,7 @@ def _decode(
                 active=active,
                 block_masked=block_masked,
                 mask_token_id=special.mask,
+                current_probs=current_probs,
             )
             commit, edit, new = _combine([s.step(ctx) for s in strategies], old)
             commit = commit & active[:, None]  # [B, S]

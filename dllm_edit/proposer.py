@@ -6,6 +6,8 @@ processors, then the candidate kernel (temperature, top-k / top-p, mask-token su
 the config sets one of transformers' other sampling warpers (min-p, typical, epsilon, eta), the
 logits are scaled by the temperature and filtered in transformers' order (top-k, top-p, then those)
 before the kernel samples at temperature 1. The kernel never keeps a `[B, S, V]` softmax alive.
+With `current_probs=True` (a strategy declared `needs_current_probs`) the same pass also reads the
+probability of the token currently at each position (`edit_candidates`); otherwise it is not computed.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from transformers import (
 )
 
 from dllm_edit.config import EditGenerationConfig
-from dllm_edit.kernels import candidates
+from dllm_edit.kernels import candidates, edit_candidates
 from dllm_edit.special_tokens import SpecialTokens
 from dllm_edit.strategies import AdjacentRepeatPenalty
 
@@ -72,6 +74,7 @@ class Proposer:
         logits_processor: transformers `LogitsProcessorList` (or callable), or None.
         generator: torch.Generator for sampling.
         device: where the logits live (transformers' suppress / eta processors keep tensors there).
+        current_probs: also return the probability of the current token at each position.
     """
 
     def __init__(
@@ -81,8 +84,10 @@ class Proposer:
         logits_processor: Any = None,
         generator: torch.Generator | None = None,
         device: torch.device | str = "cpu",
+        current_probs: bool = False,
     ) -> None:
         self.mask = special.mask
+        self.current_probs = current_probs
         self.temperature = float(config.temperature or 0.0)
         # greedy: the argmax and its full-softmax probability, whatever filters a config inherited
         filters = config.active_sampling_filters() if self.temperature > 0 else {}
@@ -100,7 +105,7 @@ class Proposer:
 
     def __call__(
         self, logits: torch.Tensor, canvas: torch.Tensor, span: slice
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Candidates for the span.
 
         Args:
@@ -109,7 +114,8 @@ class Proposer:
             span: the canvas slots of the span.
 
         Returns:
-            `(tokens, probs)`: LongTensor `[B, S]` and FloatTensor `[B, S]`.
+            `(tokens, probs, current)`: LongTensor `[B, S]`, FloatTensor `[B, S]`, and the current
+            token's probability FloatTensor `[B, S]` (None unless `current_probs` is on).
         """
         if self.stutter is not None:
             tokens = canvas[:, span]  # [B, S]
@@ -131,11 +137,14 @@ class Proposer:
             for warper in self.warpers:
                 flat = warper(None, flat)
             logits, temperature = flat.reshape(batch, width, vocab), 1.0  # [B, S, V], already scaled
-        return candidates(
-            logits,
+        options: dict[str, Any] = dict(
             temperature=temperature,
             top_k=self.top_k,
             top_p=self.top_p,
             generator=self.generator,
             suppress_ids=self.suppress,
-        )  # [B, S], [B, S]
+        )
+        if self.current_probs:
+            return edit_candidates(logits, canvas[:, span], **options)  # [B, S] x 3
+        tokens, probs = candidates(logits, **options)  # [B, S], [B, S]
+        return tokens, probs, None

@@ -1,10 +1,11 @@
 """Cookbook: low-confidence remasking, a training-free strategy composed with M2T and T2T.
 
 Decodes the same held-out prompts with the S preset, then with the S preset plus
-`LowConfidenceRemask` (written tokens whose candidate probability is below τ_remask go back to the
-mask and are redrafted, at most `max_steps` steps per block), reporting exact match, tokens per
-forward, T2T edits and remasks (counted from the step trace). Offline on the CPU, with a small model
-trained for a few seconds (`--tiny`: a tiny random model, CI).
+`LowConfidenceRemask` (written tokens whose candidate probability, or with `score="current"` their
+own probability, is below τ_remask go back to the mask and are redrafted, at most `max_steps` steps
+per block), reporting exact match, tokens per forward, T2T edits and remasks (counted from the step
+trace). Offline on the CPU, with a small model trained for a few seconds (`--tiny`: a tiny random
+model, CI).
 
     python examples/remasking.py          # ~30 s on a 2-core CPU (training included)
     python examples/remasking.py --tiny   # seconds (CI)
@@ -47,8 +48,12 @@ def main() -> None:
     for tau in (0.3, 0.6):
         # the S strategies (ThresholdUnmask, TokenEdit), then remasking: last in the list, so it wins
         # where T2T and remasking pick the same position (the token is redrafted, not rewritten)
-        remask = LowConfidenceRemask(threshold=tau, max_steps=4, max_per_step=2)
-        configs[f"S + remask {tau}"] = speedy.replace(strategies=[*speedy.build_strategies(), remask])
+        for score, label in (("candidate", ""), ("current", " current")):
+            # score="current": rank by the written token's own probability (ReMDM), not the candidate's
+            remask = LowConfidenceRemask(threshold=tau, max_steps=4, max_per_step=2, score=score)
+            configs[f"S + remask{label} {tau}"] = speedy.replace(
+                strategies=[*speedy.build_strategies(), remask]
+            )
     for name, cfg in configs.items():
         out = dllm_edit.generate(
             model,
@@ -63,7 +68,7 @@ def main() -> None:
         )
         edits, remasks = count_writes(out, tokenizer.mask_token_id)
         print(
-            f"{name:>16}: exact match {exact_match(texts, rows):.2f}  "
+            f"{name:>24}: exact match {exact_match(texts, rows):.2f}  "
             f"tokens/forward {out.tokens_per_forward.mean():.2f}  edits {edits}  remasks {remasks}"
         )
 

@@ -34,6 +34,9 @@ class StepContext:
         active: BoolTensor `[B]`, rows that are still decoding this block.
         block_masked: LongTensor `[B]`, masked positions of the active block at its first step
             (what LLaDA-1's quota spreads over the steps); None where a caller does not track it.
+        current_probs: FloatTensor `[B, S]`, the probability of the token at each position (`tokens`)
+            under the distribution `cand_probs` comes from (meaningless at masked positions); set by
+            the loop only when a strategy declares `needs_current_probs`, else None.
         mask_token_id: the mask token id (for strategies that write it, e.g. `LowConfidenceRemask`);
             the decoding loop always sets it.
     """
@@ -49,6 +52,7 @@ class StepContext:
     active: torch.Tensor
     block_masked: torch.Tensor | None = None
     mask_token_id: int | None = None
+    current_probs: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,8 @@ class Strategy:
             (multi-block editing); 0 for single-block strategies.
         extra_forwards_per_block: forwards a block may need beyond `block_length + max_post_steps`
             (strategies that put masks back); 0 for the others.
+        needs_current_probs: True if `step` reads `StepContext.current_probs`; the loop then reads
+            the current token's probability in the same pass over the logits (`edit_candidates`).
     """
 
     name: ClassVar[str] = ""
@@ -93,6 +99,11 @@ class Strategy:
     @property
     def needs_window(self) -> int:
         return 0
+
+    @property
+    def needs_current_probs(self) -> bool:
+        """Whether `step` reads `StepContext.current_probs` (the loop computes it only then)."""
+        return False
 
     @property
     def extra_forwards_per_block(self) -> int:

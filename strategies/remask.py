@@ -13,6 +13,14 @@ probability of the token already written is at most `p`: the rule only remasks t
 less than `threshold`. At most `max_per_step` positions per row per step are remasked (the least
 confident; ties to the lower position).
 
+**Which probability.** `score="candidate"` (default) reads the candidate's probability `p` — how sure
+the model is of *anything* at the position. `score="current"` reads the probability the model gives
+the token *already written* there, `q <= p` at temperature 0 (ReMDM's rule, remasking by the written
+token's own confidence): it also remasks a token the model now disfavours while preferring another
+one too weakly for T2T to rewrite it (`q` low, `p` high). The loop computes `q` in the same pass over
+the logits as the candidates (`dllm_edit.kernels.edit_candidates`), and only when a strategy asks
+for it (`Strategy.needs_current_probs`); the default costs nothing extra.
+
 **Guard against loops.** A remasked position that is redrafted with the same low confidence would be
 remasked again forever. Remasking therefore happens only during the first `max_steps` forwards of a
 block (the loop's per-row step counter `StepContext.step`), so a block holds at most
@@ -42,6 +50,8 @@ from .base import StepContext, StepResult, Strategy, threshold_field
 from .schedules import Schedule
 from .unmask import rank_descending
 
+REMASK_SCORES = ("candidate", "current")
+
 
 @dataclass(frozen=True)
 class LowConfidenceRemask(Strategy):
@@ -52,6 +62,8 @@ class LowConfidenceRemask(Strategy):
         max_steps: remask only during the first `max_steps` forwards of each block (>= 1): the guard
             against remask/redraft loops (see the module docstring).
         max_per_step: at most this many remasks per row and step, the least confident first (>= 1).
+        score: `"candidate"` (default: the candidate's probability) or `"current"` (the probability
+            of the token written at the position; see the module docstring).
 
     Examples:
         >>> import torch
@@ -69,8 +81,14 @@ class LowConfidenceRemask(Strategy):
     threshold: float | Schedule = 0.3
     max_steps: int = 8
     max_per_step: int = 1
+    score: str = "candidate"
 
     def __post_init__(self) -> None:
+        if self.score not in REMASK_SCORES:
+            raise ValueError(
+                f"`score` of LowConfidenceRemask must be one of {list(REMASK_SCORES)}, got {self.score!r}: "
+                "'candidate' ranks by the candidate's probability, 'current' by the written token's."
+            )
         object.__setattr__(self, "threshold", threshold_field("remask_threshold", self.threshold))
         for name in ("max_steps", "max_per_step"):
             value = getattr(self, name)
@@ -79,6 +97,10 @@ class LowConfidenceRemask(Strategy):
                     f"`{name}` of LowConfidenceRemask must be an int >= 1, got {value!r}: it bounds the "
                     "remasks per block (e.g. max_steps=8, max_per_step=1)."
                 )
+
+    @property
+    def needs_current_probs(self) -> bool:
+        return self.score == "current"
 
     @property
     def extra_forwards_per_block(self) -> int:
@@ -91,12 +113,19 @@ class LowConfidenceRemask(Strategy):
                 "LowConfidenceRemask writes the mask token, but the StepContext has no `mask_token_id`; "
                 "the decoding loop always passes it: build hand-made contexts with mask_token_id=..."
             )
+        probs = ctx.cand_probs  # [B, S]
+        if self.score == "current":
+            if ctx.current_probs is None:
+                raise ValueError(
+                    "LowConfidenceRemask(score='current') reads StepContext.current_probs, which is None; "
+                    "the decoding loop sets it for strategies with needs_current_probs: build hand-made "
+                    "contexts with current_probs=..."
+                )
+            probs = ctx.current_probs  # [B, S]
         tau = cast(Schedule, self.threshold)(ctx.step, ctx.block_index)  # [B]
-        unsure = ctx.editable & ctx.in_block & (ctx.cand_probs < tau[:, None])  # [B, S]
+        unsure = ctx.editable & ctx.in_block & (probs < tau[:, None])  # [B, S]
         unsure = unsure & (ctx.step < self.max_steps)[:, None]  # [B, S] the loop guard
-        scores = torch.where(
-            unsure, -ctx.cand_probs, torch.full_like(ctx.cand_probs, -float("inf"))
-        )  # [B, S]
+        scores = torch.where(unsure, -probs, torch.full_like(probs, -float("inf")))  # [B, S]
         remask = unsure & (rank_descending(scores) < self.max_per_step)  # [B, S] least confident first
         tokens = ctx.tokens.masked_fill(remask, ctx.mask_token_id)  # [B, S]
         return StepResult(commit=torch.zeros_like(remask), edit=remask, tokens=tokens)

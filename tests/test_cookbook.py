@@ -115,7 +115,13 @@ def test_threshold_schedules(monkeypatch, capsys):
 def test_remasking(monkeypatch, capsys):
     out = run_recipe("remasking.py", "--tiny", monkeypatch=monkeypatch, capsys=capsys)
     lines = {line.split(":")[0].strip(): line for line in out.splitlines() if "remasks" in line}
-    assert set(lines) == {"S", "S + remask 0.3", "S + remask 0.6"}
+    assert set(lines) == {
+        "S",
+        "S + remask 0.3",
+        "S + remask 0.6",
+        "S + remask current 0.3",
+        "S + remask current 0.6",
+    }
     assert lines["S"].rstrip().endswith("remasks 0")
 
     def field(name, label):
@@ -123,6 +129,7 @@ def test_remasking(monkeypatch, capsys):
 
     # 8 prompts x at most 3 blocks (16 tokens after the prompt, blocks of 8) x 4 steps x 2 per step
     assert 0 < field("S + remask 0.3", "remasks") <= 8 * 3 * 4 * 2
+    assert 0 < field("S + remask current 0.3", "remasks") <= 8 * 3 * 4 * 2
     assert field("S + remask 0.3", "tokens/forward") < field("S", "tokens/forward")  # redrafts cost forwards
 
 

@@ -319,3 +319,21 @@ def test_ratio_is_exactly_one_with_dropout_and_checkpoints_decode_as_trained(tmp
             saved.block_length == 16 and saved.mask_token_id == MASK and EOS in eos
         )  # the ids decoding used
         assert saved.temperature == 0.0 and saved.max_new_tokens == 8
+
+
+def test_fused_lm_head_gives_the_same_elbo_summands(tmp_path):
+    model = tiny_llama("sdpa", seed=7)
+    trainer = EBPOTrainer(
+        model,
+        reward_funcs=[even_words],
+        args=ebpo_config(tmp_path, fused_lm_head=True, diffusion_attention="block_diffusion"),
+        train_dataset=prompts(),
+        processing_class=tiny_tokenizer(),
+    )
+    clean, valid, supervised = _rows()
+    seeds = torch.tensor([5, 6, 7])
+    fused = trainer.elbo_summands(trainer.model, clean, valid, supervised, seeds)
+    trainer.args.fused_lm_head = False
+    plain = trainer.elbo_summands(trainer.model, clean, valid, supervised, seeds)
+    assert plain.abs().sum() > 0
+    torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-5)

@@ -1,5 +1,7 @@
 """LowConfidenceRemask: its rule, its loop guard, and the decoding invariants with it in the list."""
 
+import dataclasses
+
 import pytest
 import torch
 from conftest import EOS, MASK, PAD, left_pad, tiny_llama
@@ -161,3 +163,49 @@ def test_remasking_redrafts_and_works_with_every_adapter_and_the_cache():
         out = dllm_edit.generate(model, ids, generation_config=cfg, adapter=adapter, output_trace=True)
         assert not (out.sequences[:, 3:] == MASK).any()
         assert any(remask_slots(rec).any() for rec in out.trace)
+
+
+def test_current_score_reads_the_written_tokens_probability():
+    ctx = dataclasses.replace(context([[0.9, 0.9, 0.2]]), current_probs=torch.tensor([[0.1, 0.8, 0.2]]))
+    by_candidate = LowConfidenceRemask(threshold=0.3, max_per_step=3).step(ctx)
+    by_current = LowConfidenceRemask(threshold=0.3, max_per_step=3, score="current").step(ctx)
+    assert by_candidate.edit.tolist() == [[False, False, True]]
+    assert by_current.edit.tolist() == [[True, False, True]]  # position 0: written token at q = 0.1
+    assert not LowConfidenceRemask().needs_current_probs
+    strategy = LowConfidenceRemask(score="current")
+    assert strategy.needs_current_probs and strategy_from_dict(strategy.to_dict()) == strategy
+    with pytest.raises(ValueError, match="current_probs"):
+        strategy.step(context([[0.5]]))
+    with pytest.raises(ValueError, match="score"):
+        LowConfidenceRemask(score="written")
+
+
+@pytest.mark.parametrize("score", ["candidate", "current"])
+def test_the_loop_computes_current_probs_only_when_asked(monkeypatch, score):
+    seen = []
+    step = LowConfidenceRemask.step
+
+    def spy(self, ctx):
+        seen.append(ctx)
+        return step(self, ctx)
+
+    monkeypatch.setattr(LowConfidenceRemask, "step", spy)
+    strategies = [ThresholdUnmask(0.5), TokenEdit(0.9), LowConfidenceRemask(0.6, max_steps=4, score=score)]
+    cfg = dllm_edit.EditGenerationConfig(
+        strategies=strategies, block_length=4, max_new_tokens=8, max_post_steps=2, **IDS
+    )
+    ids = torch.tensor([[5, 6, 7], [9, 10, 11]])
+    llama = tiny_llama(seed=3)
+    off = dllm_edit.generate(llama, ids, generation_config=cfg, use_cache=False, output_trace=True)
+    on = dllm_edit.generate(llama, ids, generation_config=cfg, use_cache=True)
+    assert torch.equal(on.sequences, off.sequences) and not (off.sequences[:, 3:] == MASK).any()
+    assert seen and any(remask_slots(rec).any() for rec in off.trace)
+    if score == "candidate":
+        assert all(ctx.current_probs is None for ctx in seen)
+        return
+    for ctx in seen:
+        written = ctx.editable & ctx.active[:, None]  # [B, S]
+        q, p = ctx.current_probs[written], ctx.cand_probs[written]
+        assert (q <= p + 1e-6).all()  # greedy: the written token is at most as likely as the argmax
+        same = (ctx.cand_tokens == ctx.tokens)[written]
+        torch.testing.assert_close(q[same], p[same])  # where it is the argmax, q is p

@@ -280,3 +280,32 @@ def test_moe_router_loss_is_added_with_its_coefficient(tmp_path):
     logits = tuple(r.detach().reshape(-1, 4) for r in recorded)
     reference = load_balancing_loss_func(logits, 4, 2, tokens.long())  # its 2-D padding-mask form
     assert ours.item() == pytest.approx(float(reference), rel=1e-5)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(mtf_turns=2),
+        dict(on_policy_rate=0.5, diffusion_attention="bidirectional"),
+        dict(router_aux_loss_coef=0.5, diffusion_attention="block_diffusion"),
+    ],
+    ids=["mtf", "on_policy", "moe_router"],
+)
+def test_fused_lm_head_gives_the_logits_path_loss_and_gradients(tmp_path, options):
+    def loss_and_grads(fused):
+        model = tiny_qwen3_moe() if "router_aux_loss_coef" in options else tiny_llama("sdpa", seed=7)
+        trainer = trainer_for(tmp_path, model=model, max_steps=1, fused_lm_head=fused, **options)
+        batch = trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
+        trainer.model.train()
+        loss = trainer.compute_loss(trainer.model, batch)
+        loss.backward()
+        grads = {k: p.grad for k, p in trainer.model.named_parameters() if p.grad is not None}
+        return loss, grads, trainer._metrics["train"]
+
+    plain, plain_grads, plain_metrics = loss_and_grads(False)
+    fused, fused_grads, fused_metrics = loss_and_grads(True)
+    torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-6)
+    assert fused_metrics.keys() == plain_metrics.keys()
+    assert fused_grads.keys() == plain_grads.keys()
+    for name, grad in plain_grads.items():
+        torch.testing.assert_close(fused_grads[name], grad, rtol=1e-4, atol=1e-6, msg=name)

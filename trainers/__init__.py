@@ -6,8 +6,10 @@
 - `DecodeEvalCallback`: decode held-out prompts with the S / Q presets during training.
 - Torch-only building blocks, shared with other trainers: `corrupt_response` (the mask + random-token
   corruption), `DiffusionForward` / `block_diffusion_allowed` (the vectorised block-diffusion forward
-  and its attention rule), `edit_objective` (the drafting + editing + clean loss), `elbo_token_logps`
-  and `ebpo_surrogate` (EBPO's ELBO and clipped surrogate), `group_advantages`, `exact_match_reward`.
+  and its attention rule; with `fused_lm_head=True` it returns `HiddenStates`, read by
+  `token_logprob` without the `[B, T, V]` logits), `edit_objective` (the drafting + editing + clean
+  loss), `elbo_token_logps` and `ebpo_surrogate` (EBPO's ELBO and clipped surrogate),
+  `group_advantages`, `exact_match_reward`.
 
 The TRL-based classes need the `train` extra (`pip install "dllm-edit[train]"`); they are imported
 on first use, so the building blocks work without TRL.
@@ -21,6 +23,7 @@ from .corruption import Corruption, corrupt_response
 from .diffusion_forward import DiffusionForward, block_diffusion_allowed, resolve_attention_form
 from .ebpo_loss import SurrogateTerms, ebpo_surrogate
 from .elbo import counter_uniform, elbo_token_logps
+from .hidden_states import HiddenStates, token_logprob
 from .objective import ObjectiveTerms, edit_objective
 from .on_policy import OnPolicyDraft, draft_masked
 from .rewards import exact_match_reward, group_advantages
@@ -56,6 +59,7 @@ __all__ = [
     "EBPOTrainer",
     "EditSFTConfig",
     "EditSFTTrainer",
+    "HiddenStates",
     "ObjectiveTerms",
     "OnPolicyDraft",
     "SurrogateTerms",
@@ -69,4 +73,5 @@ __all__ = [
     "exact_match_reward",
     "group_advantages",
     "resolve_attention_form",
+    "token_logprob",
 ]

@@ -21,6 +21,13 @@ Padding keys are always hidden; a padding query attends to itself only, so no so
 (`dllm_edit.adapters.attention.with_padding_rule`, the rule the decoding adapters apply too).
 The 4-D masks go through `dllm_edit.adapters.attention.backend_mask`, the form the decoding engine
 uses, so training and decoding see the same attention.
+
+With `fused_lm_head=True`, `DiffusionForward.scores` returns the final hidden states and the output
+projection (`dllm_edit.trainers.hidden_states.HiddenStates`) instead of the `[B, T, V]` logits: the
+model runs with `logits_to_keep` naming one position, its decoder's output is read by a forward hook
+(so DDP / PEFT wrappers still run their own forward), and the one kept logit row is compared with
+`hidden @ weight.T + bias`, which refuses models whose logits are post-processed (final-logit
+softcapping, logit scaling) with an error instead of training on a different loss.
 """
 
 from __future__ import annotations
@@ -28,10 +35,13 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import torch
+import torch.nn.functional as F
 
 from dllm_edit.adapters import detect_adapter
 from dllm_edit.adapters.attention import backend_mask, with_padding_rule
 from dllm_edit.adapters.base import attn_implementation, forward_kwargs, model_dtype, output_logits
+
+from .hidden_states import HiddenStates
 
 AttentionForm = Literal["block_diffusion", "bidirectional", "masked_lm"]
 ATTENTION_FORMS: tuple[str, ...] = ("block_diffusion", "bidirectional", "masked_lm")
@@ -122,6 +132,14 @@ class DiffusionForward:
         model: a transformers model (possibly PEFT- or DDP-wrapped) with a language-modelling head.
         form: `"block_diffusion"`, `"bidirectional"` or `"masked_lm"`.
         block_length: tokens per block (block diffusion).
+        fused_lm_head: make `scores` return `HiddenStates` (final hidden states and the output
+            projection) instead of logits (see the module docstring). Needs a model that takes
+            `logits_to_keep`, a decoder (`get_decoder()`) and a plain `torch.nn.Linear` output
+            embedding; not the `"masked_lm"` form (BERT heads transform before the projection).
+
+    Raises:
+        ValueError: unknown form, or `fused_lm_head=True` on a model that cannot give its hidden
+            states this way.
 
     Examples:
         >>> import torch
@@ -134,7 +152,9 @@ class DiffusionForward:
         torch.Size([2, 8, 16])
     """
 
-    def __init__(self, model: Any, form: AttentionForm, block_length: int) -> None:
+    def __init__(
+        self, model: Any, form: AttentionForm, block_length: int, fused_lm_head: bool = False
+    ) -> None:
         if form not in ATTENTION_FORMS:
             raise ValueError(f"`form` must be one of {list(ATTENTION_FORMS)}, got {form!r}.")
         self.model = model
@@ -146,6 +166,9 @@ class DiffusionForward:
         self.pass_logits_to_keep = "logits_to_keep" in accepted
         self.attn = attn_implementation(inner)
         self.dtype = model_dtype(inner)
+        self.fused_lm_head = fused_lm_head
+        if fused_lm_head:
+            self.decoder, self.head = _fused_parts(inner, form, self.pass_logits_to_keep)
 
     def __call__(self, noisy: torch.Tensor, clean: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         """Logits `[B, T, V]` at the positions of the noisy copy.
@@ -155,18 +178,66 @@ class DiffusionForward:
             clean: LongTensor `[B, T]`, `x_0` (read by the block-diffusion form only).
             valid: BoolTensor `[B, T]`, non-padding positions.
         """
+        length = noisy.shape[1]
+        kwargs = self._inputs(noisy, clean, valid)
+        if self.form == "block_diffusion" and self.pass_logits_to_keep:
+            kwargs["logits_to_keep"] = length
+        logits = output_logits(self.model, self.model(**kwargs))  # [B, T or 2T, V]
+        return logits[:, -length:]  # [B, T, V]
+
+    def scores(
+        self, noisy: torch.Tensor, clean: torch.Tensor, valid: torch.Tensor
+    ) -> torch.Tensor | HiddenStates:
+        """What the loss reads at the noisy positions: logits `[B, T, V]`, or `HiddenStates` with
+        hidden `[B, T, H]` when `fused_lm_head` is on. Arguments as for calling the object.
+
+        Raises:
+            ValueError: (fused) the model's logits are not `hidden @ weight.T + bias`.
+        """
+        if not self.fused_lm_head:
+            return self(noisy, clean, valid)
+        length = noisy.shape[1]
+        kwargs = self._inputs(noisy, clean, valid)
+        last = kwargs["input_ids"].shape[1] - 1
+        kwargs["logits_to_keep"] = torch.tensor([last], device=noisy.device)  # one row, to check
+        captured: list[torch.Tensor] = []
+
+        def keep(module: Any, args: Any, output: Any) -> None:
+            captured.append(output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0])
+
+        handle = self.decoder.register_forward_hook(keep)
+        try:
+            kept = output_logits(self.model, self.model(**kwargs))  # [B, 1, V]
+        finally:
+            handle.remove()
+        hidden = captured[-1]  # [B, T or 2T, H]
+        weight, bias = self.head.weight, self.head.bias
+        with torch.no_grad():
+            expected = F.linear(hidden[:, last:], weight, bias).float()  # [B, 1, V]
+            got = kept[:, -1:].float()  # [B, 1, V]
+            if got.shape != expected.shape or not torch.allclose(got, expected, rtol=1e-2, atol=1e-2):
+                raise ValueError(
+                    f"fused_lm_head=True: {type(unwrap(self.model)).__name__}'s logits are not its decoder's "
+                    "output times the output embedding (post-processed logits, e.g. final-logit softcapping "
+                    "or logit scaling, or a head that transforms first); the fused loss would differ. Set "
+                    "fused_lm_head=False."
+                )
+        return HiddenStates(hidden[:, -length:], weight, bias)  # hidden [B, T, H]
+
+    def _inputs(self, noisy: torch.Tensor, clean: torch.Tensor, valid: torch.Tensor) -> dict[str, Any]:
+        """The model's keyword arguments for this form."""
         batch, length = noisy.shape
         positions = torch.arange(length, device=noisy.device).expand(batch, length)  # [B, T]
         kwargs: dict[str, Any] = {"use_cache": False}
         if self.form == "masked_lm":
             kwargs.update(input_ids=noisy, attention_mask=valid.long())
-            return output_logits(self.model, self.model(**kwargs))
+            return kwargs
         if self.form == "bidirectional":
             allowed = bidirectional_allowed(valid)  # [B, T, T]
             kwargs.update(input_ids=noisy, attention_mask=backend_mask(allowed, self.attn, self.dtype))
             if self.pass_positions:
                 kwargs["position_ids"] = positions
-            return output_logits(self.model, self.model(**kwargs))
+            return kwargs
         allowed = block_diffusion_allowed(valid, self.block_length)  # [B, 2T, 2T]
         kwargs.update(
             input_ids=torch.cat([clean, noisy], dim=1),  # [B, 2T]
@@ -174,7 +245,27 @@ class DiffusionForward:
         )
         if self.pass_positions:
             kwargs["position_ids"] = torch.cat([positions, positions], dim=1)  # [B, 2T]
-        if self.pass_logits_to_keep:
-            kwargs["logits_to_keep"] = length
-        logits = output_logits(self.model, self.model(**kwargs))  # [B, T or 2T, V]
-        return logits[:, -length:]  # [B, T, V]
+        return kwargs
+
+
+def _fused_parts(
+    inner: Any, form: str, takes_logits_to_keep: bool
+) -> tuple[torch.nn.Module, torch.nn.Linear]:
+    """`(decoder, output projection)` of a model for `fused_lm_head=True`, or a ValueError saying why not."""
+    name = type(inner).__name__
+    why = None
+    decoder = inner.get_decoder() if callable(getattr(inner, "get_decoder", None)) else None
+    get_head = getattr(inner, "get_output_embeddings", None)
+    head = get_head() if callable(get_head) else None
+    if form == "masked_lm":
+        why = "the masked_lm form (BERT-style heads transform the hidden states before the projection)"
+    elif not takes_logits_to_keep:
+        why = f"{name}.forward takes no `logits_to_keep`"
+    elif not isinstance(decoder, torch.nn.Module) or decoder is inner:
+        why = f"{name} has no separate decoder (`get_decoder()`)"
+    elif type(head) is not torch.nn.Linear:
+        kind = type(head).__name__
+        why = f"{name}'s output embedding is {kind}, not a plain torch.nn.Linear (e.g. LoRA on lm_head)"
+    if why is not None:
+        raise ValueError(f"fused_lm_head=True is not available: {why}. Set fused_lm_head=False.")
+    return decoder, head  # type: ignore[return-value]

@@ -49,6 +49,14 @@ class EBPOConfig(GRPOConfig):
             the preset's, 32).
         mask_token_id (int | None): the mask token (default: tokenizer, then model config).
         diffusion_attention (str): training forward form, as in `EditSFTConfig` (default `"auto"`).
+        fused_lm_head (bool): compute the loss's log-likelihoods from the final hidden states and
+            the output embedding, chunk by chunk over the vocabulary, instead of from `[B, T, V]`
+            logits (default False). Same loss and gradients; at a 157k vocabulary it cuts the
+            step's peak memory several-fold (docs/benchmarks.md, "Trainer peak memory"). Needs a
+            model that takes `logits_to_keep`, has `get_decoder()` and a plain `nn.Linear` output
+            embedding with unprocessed logits (no final-logit softcapping or scaling); other models
+            are refused with an error at the first step. Applies to the reference model's
+            ELBO too.
 
     Examples:
         >>> from dllm_edit.trainers import EBPOConfig
@@ -86,6 +94,10 @@ class EBPOConfig(GRPOConfig):
     diffusion_attention: str = field(
         default="auto",
         metadata={"help": "Training forward form.", "choices": ["auto", *ATTENTION_FORMS]},
+    )
+    fused_lm_head: bool = field(
+        default=False,
+        metadata={"help": "Loss from the final hidden states and lm_head, chunked (no [B, T, V] logits)."},
     )
 
     def __post_init__(self) -> None:
@@ -140,6 +152,8 @@ class EBPOConfig(GRPOConfig):
             not isinstance(self.block_length, int) or self.block_length < 1
         ):
             raise ValueError(f"`block_length` must be None or a positive int, got {self.block_length!r}.")
+        if not isinstance(self.fused_lm_head, bool):
+            raise ValueError(f"`fused_lm_head` must be True or False, got {self.fused_lm_head!r}.")
         if self.epsilon < 0 or (self.epsilon_high is not None and self.epsilon_high < 0):
             raise ValueError(
                 f"`epsilon` / `epsilon_high` must be >= 0, got {self.epsilon!r} / {self.epsilon_high!r}."

@@ -457,7 +457,7 @@ class EBPOTrainer(SavesDecodingConfig, Trainer):
         """ELBO token summands `[B, T]` of `model` on the noise of `seeds`."""
         args = self.args
         return elbo_token_logps(
-            DiffusionForward(model, self.attention_form, self.block_length),
+            DiffusionForward(model, self.attention_form, self.block_length, fused_lm_head=args.fused_lm_head),
             clean,
             valid,
             supervised,

@@ -24,9 +24,8 @@ from __future__ import annotations
 
 import torch
 
-from dllm_edit.kernels import masked_logprob
-
 from .diffusion_forward import DiffusionForward
+from .hidden_states import token_logprob
 
 ELBO_WEIGHTINGS = ("inverse_t", "uniform")
 _MASK32 = 0xFFFFFFFF
@@ -107,7 +106,8 @@ def elbo_token_logps(
     """Per-token ELBO summands `Σ_n w_n 1[i masked at t_n] log p(y_i | z_n)`.
 
     Args:
-        forward: the model's training forward (`DiffusionForward`).
+        forward: the model's training forward (`DiffusionForward`), or any callable
+            `(noisy, clean, valid) -> [B, T, V]` logits.
         clean: LongTensor `[B, T]`, prompt ⊕ completion, right-padded to whole blocks.
         valid: BoolTensor `[B, T]`, non-padding positions.
         supervised: BoolTensor `[B, T]`, the completion tokens whose likelihood is estimated.
@@ -184,7 +184,8 @@ def weighted_masked_logps(
     """`Σ_n w_n 1[i masked in draw n] log p(y_i | z_n)` per token: one forward per draw.
 
     Args:
-        forward: the model's training forward (`DiffusionForward`).
+        forward: the model's training forward (`DiffusionForward`, whose `scores` is read), or any
+            callable `(noisy, clean, valid) -> [B, T, V]` logits.
         clean: LongTensor `[B, T]`, prompt ⊕ completion, right-padded to whole blocks.
         valid: BoolTensor `[B, T]`, non-padding positions.
         masks: BoolTensor `[N, B, T]`, the positions masked in each draw.
@@ -201,8 +202,9 @@ def weighted_masked_logps(
         if not masks[n].any():
             continue
         noisy = clean.masked_fill(masks[n], mask_token_id)  # [B, T]
-        logits = forward(noisy, clean, valid)  # [B, T, V]
-        logp = masked_logprob(logits, clean, masks[n])  # [M]
+        score = getattr(forward, "scores", forward)  # a plain callable gives logits
+        scores = score(noisy, clean, valid)  # [B, T, V] logits, or HiddenStates
+        logp = token_logprob(scores, clean, masks[n])  # [M]
         step = torch.zeros_like(total).masked_scatter(masks[n], logp)  # [B, T]
         total = total + weights[:, n, None] * step
     return total

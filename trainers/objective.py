@@ -11,7 +11,8 @@ in one of three terms according to what the model *saw* there:
 
 The loss is the weighted sum of negative log-likelihoods divided by the number of supervised
 tokens (or `normalizer`, e.g. the count over a whole gradient-accumulation step). Log-likelihoods
-come from `dllm_edit.kernels.masked_logprob`, which never materialises a full log-softmax.
+come from `dllm_edit.kernels.masked_logprob`, which never materialises a full log-softmax (nor,
+given `HiddenStates`, the logits).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from dllm_edit.kernels import masked_logprob
+from .hidden_states import HiddenStates, token_logprob
 
 MASK_LOSS_WEIGHTINGS = ("inverse_t", "none")
 
@@ -42,7 +43,7 @@ class ObjectiveTerms:
 
 
 def edit_objective(
-    logits: torch.Tensor,
+    logits: torch.Tensor | HiddenStates,
     noisy: torch.Tensor,
     clean: torch.Tensor,
     response: torch.Tensor,
@@ -57,7 +58,8 @@ def edit_objective(
     """The drafting + editing + clean objective (see the module docstring).
 
     Args:
-        logits: `[B, T, V]` logits at the noisy positions.
+        logits: `[B, T, V]` logits at the noisy positions, or their `HiddenStates` (the fused-linear
+            path: the same loss without the `[B, T, V]` logits).
         noisy: LongTensor `[B, T]`, the input the model saw.
         clean: LongTensor `[B, T]`, the targets.
         response: BoolTensor `[B, T]`, supervised positions.
@@ -86,7 +88,7 @@ def edit_objective(
             f"`mask_loss_weighting` must be one of {list(MASK_LOSS_WEIGHTINGS)}, got {mask_loss_weighting!r}."
         )
     response = response.bool()
-    nll = -masked_logprob(logits, clean, response)  # [M]
+    nll = -token_logprob(logits, clean, response)  # [M]
     seen = noisy[response]  # [M]
     drafting = seen == mask_token_id  # [M]
     editing = ~drafting & (seen != clean[response])  # [M]

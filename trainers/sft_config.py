@@ -76,6 +76,13 @@ class EditSFTConfig(SFTConfig):
             multiple of it.
         diffusion_attention (str): `"block_diffusion"`, `"bidirectional"`, `"masked_lm"`, or
             `"auto"` (default: from the model's decoding adapter, see `dllm_edit.adapters`).
+        fused_lm_head (bool): compute the loss's log-likelihoods from the final hidden states and
+            the output embedding, chunk by chunk over the vocabulary, instead of from `[B, T, V]`
+            logits (default False). Same loss and gradients; at a 157k vocabulary it cuts the
+            step's peak memory several-fold (docs/benchmarks.md, "Trainer peak memory"). Needs a
+            model that takes `logits_to_keep`, has `get_decoder()` and a plain `nn.Linear` output
+            embedding with unprocessed logits (no final-logit softcapping or scaling); other models
+            are refused with an error at the first step. The on-policy draft keeps its logits.
         pad_response_with_eos (bool): extend each response with supervised EOS tokens to the end
             of its last block, as block decoding fills a block after the answer ends (default
             True).
@@ -103,6 +110,10 @@ class EditSFTConfig(SFTConfig):
             "'bidirectional', 'masked_lm', or 'auto' (from the model's decoding adapter).",
             "choices": ["auto", *ATTENTION_FORMS],
         },
+    )
+    fused_lm_head: bool = field(
+        default=False,
+        metadata={"help": "Loss from the final hidden states and lm_head, chunked (no [B, T, V] logits)."},
     )
     mask_rate_min: float = field(default=0.1, metadata={"help": "Lowest mask rate t (drafting stream)."})
     mask_rate_max: float = field(default=1.0, metadata={"help": "Highest mask rate t (drafting stream)."})
@@ -180,6 +191,8 @@ class EditSFTConfig(SFTConfig):
 
     def validate_edit_fields(self) -> None:
         """Check the edit-SFT fields; raise a ValueError naming the field, the constraint and the fix."""
+        if not isinstance(self.fused_lm_head, bool):
+            raise ValueError(f"`fused_lm_head` must be True or False, got {self.fused_lm_head!r}.")
         check_rate_range("mask_rate", self.mask_rate_min, self.mask_rate_max)
         check_rate_range("edit_rate", self.edit_rate_min, self.edit_rate_max)
         if not 0.0 <= self.editing_stream_rate < 1.0:

@@ -20,7 +20,6 @@ from transformers import Trainer
 from trl import SFTTrainer
 
 from dllm_edit.config import EditGenerationConfig
-from dllm_edit.kernels import candidates
 from dllm_edit.special_tokens import find_token_id
 
 from .callbacks import DecodeEvalCallback
@@ -36,6 +35,7 @@ from .example_noise import (
     example_uniform,
     row_extents,
 )
+from .hidden_states import HiddenStates, greedy_tokens
 from .objective import edit_objective
 from .on_policy import choose_rows, draft_masked
 from .router_loss import load_balancing_loss, moe_routing, record_router_logits, router_output_spec
@@ -335,14 +335,14 @@ class EditSFTTrainer(SavesDecodingConfig, SFTTrainer):
 
     def _next_draft(
         self,
-        logits: torch.Tensor,
+        scores: torch.Tensor | HiddenStates,
         noisy: torch.Tensor,
         rate: torch.Tensor,
         generators: list[torch.Generator],
         extents: list[int],
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Multi-turn Forward: fill a fraction of the still-masked positions with the model's argmax."""
-        predicted, _ = candidates(logits.detach(), suppress_ids=(self.mask_token_id,))  # [B, T]
+        predicted = greedy_tokens(scores, suppress_ids=(self.mask_token_id,))  # [B, T]
         still = noisy == self.mask_token_id  # [B, T]
         draw = example_uniform(generators, extents, noisy.shape[1], noisy.device)  # [B, T]
         fill = still & (draw < self.args.mtf_fill_rate)  # [B, T]
@@ -389,7 +389,9 @@ class EditSFTTrainer(SavesDecodingConfig, SFTTrainer):
             editing_stream_rate=args.editing_stream_rate,
             in_context_rate=args.edit_noise_in_context,
         )
-        forward = DiffusionForward(model, self.attention_form, args.block_length)
+        forward = DiffusionForward(
+            model, self.attention_form, args.block_length, fused_lm_head=args.fused_lm_head
+        )
         normalizer = response.sum() if num_items_in_batch is None else num_items_in_batch
         noisy, rate = corruption.noisy, corruption.mask_rate
         if args.on_policy_rate > 0 and self.state.global_step >= args.on_policy_warmup_steps:
@@ -400,14 +402,14 @@ class EditSFTTrainer(SavesDecodingConfig, SFTTrainer):
         aux_total = torch.zeros((), device=ids.device)
         for turn in range(args.mtf_turns):
             if self.router is None:
-                logits = forward(noisy, clean, valid)  # [B, T, V]
+                scores = forward.scores(noisy, clean, valid)  # [B, T, V] logits, or HiddenStates
             else:
                 target, index, experts, top_k = self.router
                 with record_router_logits(model, target, index) as recorded:
-                    logits = forward(noisy, clean, valid)  # [B, T, V]
+                    scores = forward.scores(noisy, clean, valid)  # [B, T, V] logits, or HiddenStates
                 aux_total = aux_total + self._router_loss(recorded, valid, experts, top_k) / args.mtf_turns
             terms = edit_objective(
-                logits,
+                scores,
                 noisy,
                 clean,
                 response,
@@ -422,7 +424,7 @@ class EditSFTTrainer(SavesDecodingConfig, SFTTrainer):
             nll_sums += terms.nll_sums.float()
             counts += terms.counts.float()
             if turn + 1 < args.mtf_turns:
-                noisy, rate = self._next_draft(logits, noisy, rate, generators, extents)
+                noisy, rate = self._next_draft(scores, noisy, rate, generators, extents)
         if args.average_tokens_across_devices and num_items_in_batch is not None:
             loss = loss * self.accelerator.num_processes
         if self.router is not None:  # a per-micro-batch mean, averaged over accumulation steps as in TRL
