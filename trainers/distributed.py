@@ -8,6 +8,8 @@ metrics, counts), not for model states.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.distributed as dist
 
@@ -26,6 +28,20 @@ def world_size() -> int:
     return dist.get_world_size() if _distributed() else 1
 
 
+def all_gather_objects(obj: Any) -> list[Any]:
+    """Every process's `obj` in rank order (`[obj]` in a single process).
+
+    Examples:
+        >>> all_gather_objects({"rows": 3})
+        [{'rows': 3}]
+    """
+    if not _distributed():
+        return [obj]
+    parts: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(parts, obj)
+    return parts
+
+
 def gather_rows(rows: torch.Tensor) -> tuple[torch.Tensor, int]:
     """Every process's `rows` `[n_p, ...]` concatenated in rank order, and where this process's start.
 
@@ -42,9 +58,7 @@ def gather_rows(rows: torch.Tensor) -> tuple[torch.Tensor, int]:
     """
     if not _distributed():
         return rows, 0
-    parts: list[torch.Tensor | None] = [None] * dist.get_world_size()
-    dist.all_gather_object(parts, rows.detach().cpu())
-    tensors = [p for p in parts if p is not None]
+    tensors: list[torch.Tensor] = all_gather_objects(rows.detach().cpu())
     offset = sum(int(p.shape[0]) for p in tensors[: dist.get_rank()])
     return torch.cat(tensors).to(rows.device), offset
 
@@ -56,11 +70,7 @@ def sum_across_processes(value: float) -> float:
         >>> sum_across_processes(3.0)
         3.0
     """
-    if not _distributed():
-        return float(value)
-    parts: list[float | None] = [None] * dist.get_world_size()
-    dist.all_gather_object(parts, float(value))
-    return float(sum(p for p in parts if p is not None))
+    return float(sum(all_gather_objects(float(value))))
 
 
 def global_mean_scale(local_count: int) -> float:

@@ -6,6 +6,10 @@ from typing import Any
 
 import torch
 
+from dllm_edit.trainers.distributed import all_gather_objects
+
+__all__ = ["all_gather_objects", "all_gather_stacked", "barrier", "gather_to", "process_group"]
+
 
 def process_group() -> tuple[int, int]:
     """`(rank, world_size)` of this process; starts the default process group (gloo on CPU, nccl on
@@ -38,15 +42,6 @@ def gather_to(obj: Any, dst: int) -> list[Any] | None:
 
     out: list[Any] | None = [None] * dist.get_world_size() if dist.get_rank() == dst else None
     dist.gather_object(obj, out, dst=dst)
-    return out
-
-
-def all_gather_objects(obj: Any) -> list[Any]:
-    """Every rank's `obj`, on every rank."""
-    import torch.distributed as dist
-
-    out: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(out, obj)
     return out
 
 
