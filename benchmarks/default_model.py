@@ -8,6 +8,9 @@ Held-out measures (splits from another seed / whole held-out modules, never seen
 
 - synthetic tasks: exact match and tokens per forward for the Q preset, the S preset, and M2T only
   (the S preset with editing off);
+- editing: of the S preset's own wrong drafts on the synthetic prompts (the token M2T first wrote at a
+  position, where it differs from the reference), the share a later T2T edit rewrote, the share it
+  repaired, and the share of right drafts an edit broke (`benchmarks/verify_confidence.py`);
 - code (functions of held-out standard-library modules, prompt = the `def` header): the fraction of
   completions that parse (`ast`), tokens per forward, and a likelihood bound: the masked-diffusion ELBO
   of the held-out function bodies in nats per token (`dllm_edit.trainers.elbo_token_logps`, 8 stratified
@@ -23,6 +26,7 @@ from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
+from verify_confidence import decode_traced, draft_fates, fate_table
 
 import dllm_edit
 from dllm_edit.data.builtin import builtin_rows
@@ -114,6 +118,15 @@ def main() -> None:
         print(f"code parses {parse:5.1f}%  TPF {ctpf:.2f}")
     bound = elbo_nats_per_token(model, tokenizer, code)
     print(f"held-out code ELBO bound: {bound:.3f} nats/token")
+    speedy = dllm_edit.EditGenerationConfig.from_mode("speedy", max_new_tokens=16, block_length=BLOCK)
+    fates = [f for r in synthetic for f in draft_fates(decode_traced(model, tokenizer, r, speedy))]
+    edits = fate_table(fates)
+    editing = (
+        f"Of its {edits['wrong_drafts']} wrong drafts on the synthetic prompts (S preset) the model "
+        f"rewrote {edits['rewritten']:.1f}% and repaired {edits['repaired']:.1f}%; edits broke "
+        f"{edits['broken']:.1f}% of its {edits['right_drafts']} right drafts."
+    )
+    print(editing)
 
     params = sum(p.numel() for p in model.parameters())
     table = [
@@ -175,6 +188,9 @@ decoded with the S preset and editing off (`editing_threshold=None`).
 
 {chr(10).join(table)}
 
+{editing} (A draft is the token M2T first wrote at a position; a rewrite is any later T2T edit of it:
+`benchmarks/verify_confidence.py`.)
+
 Command: `python benchmarks/default_model.py {args.checkpoint} --install`. The files load with
 transformers 4.57 and 5.x (`AutoModelForCausalLM`, `AutoTokenizer`; no remote code).
 
@@ -184,7 +200,9 @@ transformers 4.57 and 5.x (`AutoModelForCausalLM`, `AutoTokenizer`; no remote co
 {recipe}```
 """
     (target / "README.md").write_text(card)
-    (target / "eval.json").write_text(json.dumps({"rows": rows, "elbo_nats_per_token": bound}, indent=1))
+    (target / "eval.json").write_text(
+        json.dumps({"rows": rows, "elbo_nats_per_token": bound, "editing": edits}, indent=1)
+    )
     print(f"installed in {target}")
 
 

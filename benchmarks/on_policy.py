@@ -30,7 +30,7 @@ import warnings
 
 from datasets import Dataset
 from edit_sft import FAMILIES, build_model, evaluate
-from verify_confidence import verify_step_scores
+from verify_confidence import decode_traced, draft_fates, fate_table
 
 import dllm_edit
 from dllm_edit.data import build_char_tokenizer, synthetic_mixture
@@ -81,15 +81,10 @@ def train(steps: int, fields: dict, seed: int, args: argparse.Namespace, tokeniz
 
 
 def rewrite_share(model, tokenizer, test: list[dict], block_length: int) -> float:
-    """% of the model's own wrong tokens it rewrites at the last verification forward (S preset)."""
+    """% of the model's own wrong drafts that a later edit rewrites (S preset, whole decode)."""
     config = dllm_edit.EditGenerationConfig.from_mode("speedy", max_new_tokens=16, block_length=block_length)
-    kept_wrong = [
-        kept
-        for row in test
-        for right, _, kept in verify_step_scores(model, tokenizer, row, config)
-        if not right
-    ]
-    return 100 * (1 - statistics.fmean(kept_wrong)) if kept_wrong else float("nan")
+    fates = [f for row in test for f in draft_fates(decode_traced(model, tokenizer, row, config))]
+    return fate_table(fates)["rewritten"]
 
 
 def spread(values: list[float]) -> str:

@@ -8,6 +8,13 @@ verification step (no mask left) of each row's first block, and reports the prob
 gives to the candidate at each completion position — on the positions the draft got wrong and on
 those it got right — with the share of positions where the candidate is the token already there.
 
+The verification forward only shows what the model thinks of a finished draft. What T2T does to
+the draft is the second table: every completion position's **draft** (the token first written there,
+by M2T) is followed through the whole decode — whether an edit rewrote it later (at any step, while
+masks remained or in a verification forward), and whether the final token is the reference one.
+"Rewritten" over the wrong drafts is the share of its own mistakes the model revisits; "repaired"
+the share it fixes; "broken" the share of right drafts an edit made wrong.
+
     python benchmarks/verify_confidence.py --model runs/default-model-v4
     python benchmarks/verify_confidence.py --model runs/default-model --families sort --prompts 40
 """
@@ -16,6 +23,8 @@ from __future__ import annotations
 
 import argparse
 import statistics
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -26,11 +35,18 @@ from dllm_edit.generation import generate
 BLOCK = 32
 
 
+@dataclass(frozen=True)
+class TracedRow:
+    """One prompt decoded alone with its trace."""
+
+    out: Any  # EditGenerationOutput with `trace`
+    prompt_length: int
+    target: list[int]  # the reference completion's ids, then EOS
+
+
 @torch.no_grad()
-def verify_step_scores(model, tokenizer, row: dict, config) -> list[tuple[bool, float, bool]]:
-    """(draft right at this position, candidate probability, candidate = current token) per position."""
+def decode_traced(model, tokenizer, row: dict, config) -> TracedRow:
     ids = tokenizer(row["prompt"], return_tensors="pt")["input_ids"]  # [1, P]
-    prompt_length = ids.shape[1]
     out = generate(
         model,
         ids,
@@ -40,19 +56,103 @@ def verify_step_scores(model, tokenizer, row: dict, config) -> list[tuple[bool, 
         output_trace=True,
     )
     target = tokenizer(row["completion"])["input_ids"] + [tokenizer.eos_token_id]
+    return TracedRow(out=out, prompt_length=ids.shape[1], target=target)
+
+
+def verify_step_scores(traced: TracedRow) -> list[tuple[bool, float, bool]]:
+    """(draft right at this position, candidate probability, candidate = current token) per position,
+    at the last verification step (no mask left) of the first block."""
+    out, target = traced.out, traced.target
     verify = [step for step in out.trace if bool(step.active[0]) and not bool(step.masked[0].any())]
     if not verify:
         return []
     last = [step for step in verify if step.block == verify[0].block][-1]  # the first block's last verify
     scores = []
     for k, wanted in enumerate(target):
-        slot = prompt_length + k - last.span_start  # position in the step's span
+        slot = traced.prompt_length + k - last.span_start  # position in the step's span
         if not 0 <= slot < last.before.shape[1]:
             continue
         written = int(last.before[0, slot])
         kept = not bool(last.edit[0, slot])
         scores.append((written == wanted, float(last.probs[0, slot]), kept))
     return scores
+
+
+def draft_fates(traced: TracedRow) -> list[tuple[bool, bool, bool]]:
+    """(draft right, rewritten later by an edit, final token right) per reference completion position.
+
+    The draft is the token M2T first wrote at the position; an edit is any later T2T (or multi-block)
+    rewrite of it, in any step of the decode. Positions never written (decoding stopped at an earlier
+    EOS) are skipped. Host-side bookkeeping over the trace: a benchmark, not a decoding step.
+    """
+    draft: dict[int, int] = {}  # canvas slot -> first written token
+    rewritten: set[int] = set()
+    final: dict[int, int] = {}
+    for step in traced.out.trace:
+        if not bool(step.active[0]):
+            continue
+        commit, edit, after = step.commit[0].tolist(), step.edit[0].tolist(), step.after[0].tolist()
+        for j, token in enumerate(after):
+            slot = step.span_start + j
+            if commit[j] and slot not in draft:
+                draft[slot] = token
+            if edit[j] and slot in draft:
+                rewritten.add(slot)
+            if slot in draft:
+                final[slot] = token
+    fates = []
+    for k, wanted in enumerate(traced.target):
+        slot = traced.prompt_length + k
+        if slot in draft:
+            fates.append((draft[slot] == wanted, slot in rewritten, final[slot] == wanted))
+    return fates
+
+
+@torch.no_grad()
+def masked_alone(model, traced: TracedRow, tokenizer) -> list[tuple[bool, bool]]:
+    """The headroom of editing: at each wrong final token, what the model predicts with that position
+    alone masked and everything else as decoded — (argmax = reference token, argmax = its own token).
+
+    A model whose T2T proposal at a written position followed this masked view would rewrite the
+    wrong tokens where the second is False; where the first is True the rewrite would repair.
+    """
+    from dllm_edit.trainers import DiffusionForward
+
+    prompt_length, target = traced.prompt_length, traced.target
+    sequence = traced.out.sequences[0]  # [W + G]
+    width = -(-(prompt_length + len(target)) // BLOCK) * BLOCK
+    clean = torch.full((1, width), tokenizer.eos_token_id)  # [1, width]: EOS to the block end, as decoded
+    end = min(width, sequence.shape[0])
+    clean[0, :end] = sequence[:end]
+    after_eos = clean[0, prompt_length:] == tokenizer.pad_token_id  # the output pads after its first EOS
+    clean[0, prompt_length:][after_eos] = tokenizer.eos_token_id
+    valid = torch.ones_like(clean, dtype=torch.bool)
+    forward = DiffusionForward(model, "block_diffusion", BLOCK)
+    out = []
+    for k, wanted in enumerate(target):
+        position = prompt_length + k
+        own = int(clean[0, position])
+        if own == wanted:
+            continue
+        noisy = clean.clone()
+        noisy[0, position] = tokenizer.mask_token_id
+        guess = int(forward(noisy, clean, valid)[0, position].argmax())
+        out.append((guess == wanted, guess == own))
+    return out
+
+
+def fate_table(fates: list[tuple[bool, bool, bool]]) -> dict[str, float]:
+    """Counts and shares (%) of `draft_fates` rows: wrong drafts rewritten / repaired, right drafts broken."""
+    wrong = [(rewritten, final) for right, rewritten, final in fates if not right]
+    right = [final for is_right, _, final in fates if is_right]
+    share = lambda xs: 100 * statistics.fmean(xs) if xs else float("nan")  # noqa: E731
+    return {
+        "wrong_drafts": len(wrong),
+        "rewritten": share([r for r, _ in wrong]),
+        "repaired": share([f for _, f in wrong]),
+        "right_drafts": len(right),
+        "broken": share([not f for f in right]),
+    }
 
 
 def summary(values: list[float]) -> str:
@@ -65,7 +165,9 @@ def summary(values: list[float]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=None, help="a checkpoint folder (default: the shipped model)")
-    parser.add_argument("--prompts", type=int, default=80, help="held-out synthetic prompts")
+    parser.add_argument(
+        "--prompts", type=int, default=120, help="held-out synthetic prompts, the families interleaved"
+    )
     parser.add_argument("--families", nargs="+", default=None, help="only these synthetic families")
     parser.add_argument("--mode", default="speedy", choices=["speedy", "quality"], help="the decoding preset")
     args = parser.parse_args()
@@ -82,11 +184,19 @@ def main() -> None:
         if unknown:
             parser.error(f"--families {unknown} are not in the built-in mix")
         rows = [r for r in rows if r["family"] in args.families]
-    rows = rows[: args.prompts]
-    config = dllm_edit.EditGenerationConfig.from_mode(args.mode, max_new_tokens=16, block_length=BLOCK)
-    wrong, right, kept_wrong = [], [], []
+    by_family: dict[str, list[dict]] = {}
     for row in rows:
-        for is_right, prob, kept in verify_step_scores(model, tokenizer, row, config):
+        by_family.setdefault(row["family"], []).append(row)
+    rows = [r for group in zip(*by_family.values(), strict=False) for r in group][
+        : args.prompts
+    ]  # interleaved
+    config = dllm_edit.EditGenerationConfig.from_mode(args.mode, max_new_tokens=16, block_length=BLOCK)
+    wrong, right, kept_wrong, fates, headroom = [], [], [], [], []
+    for row in rows:
+        traced = decode_traced(model, tokenizer, row, config)
+        fates.extend(draft_fates(traced))
+        headroom.extend(masked_alone(model, traced, tokenizer))
+        for is_right, prob, kept in verify_step_scores(traced):
             (right if is_right else wrong).append(prob)
             if not is_right:
                 kept_wrong.append(kept)
@@ -97,8 +207,24 @@ def main() -> None:
     print(f"| right | {summary(right)} |")
     if kept_wrong:
         print(
-            f"\nThe model kept its own wrong token at {100 * statistics.fmean(kept_wrong):.0f}% of the "
-            f"{len(kept_wrong)} wrong positions (an edit needs its argmax to differ)."
+            f"\nAt that step the model kept its own wrong token at {100 * statistics.fmean(kept_wrong):.0f}% "
+            f"of the {len(kept_wrong)} wrong positions (an edit needs its argmax to differ)."
+        )
+    table = fate_table(fates)
+    print("\nWhat editing did to the draft, over the whole decode (every reference completion position)\n")
+    print("| wrong drafts | rewritten (%) | repaired (%) | right drafts | broken (%) |")
+    print("|---:|---:|---:|---:|---:|")
+    print(
+        f"| {table['wrong_drafts']} | {table['rewritten']:.1f} | {table['repaired']:.1f} | "
+        f"{table['right_drafts']} | {table['broken']:.1f} |"
+    )
+    if headroom:
+        knows = 100 * statistics.fmean(r for r, _ in headroom)
+        differs = 100 * statistics.fmean(not same for _, same in headroom)
+        print(
+            f"\nHeadroom: at the {len(headroom)} wrong final tokens, with that position alone masked the "
+            f"model's argmax is the reference token at {knows:.1f}% and differs from its own token at "
+            f"{differs:.1f}% (a T2T proposal that followed the masked view would rewrite those)."
         )
 
 

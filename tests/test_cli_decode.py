@@ -14,6 +14,21 @@ def test_generate_json(tiny_model_dir, capsys):
     assert result["num_forwards"] >= 1 and result["tokens_per_forward"] > 0
 
 
+def test_generate_lists_each_edit_of_the_completion(tiny_model_dir, capsys):
+    # a random tiny model with the S preset (edit on any disagreement) rewrites its tokens
+    assert main(["generate", "w2 w3 w4", "--model", str(tiny_model_dir), "--json", *ARGS]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    edits = result["edits"]
+    assert edits and len(edits) <= result["num_edits"]  # num_edits also counts rewrites after the EOS
+    assert all(e["from"] != e["to"] and 0 <= e["position"] < result["tokens"] for e in edits)
+    assert [e["forward"] for e in edits] == sorted(e["forward"] for e in edits)
+    assert all(1 <= e["forward"] <= result["num_forwards"] for e in edits)
+    assert main(["generate", "w2 w3 w4", "--model", str(tiny_model_dir), *ARGS]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert "edits (T2T rewrites" in lines[1] and len(lines) == 3 + len(edits)
+    assert lines[-1].startswith("[speedy]")
+
+
 def test_generate_plain_and_quality_mode(tiny_model_dir, capsys):
     assert main(["generate", "w2 w3", "--model", str(tiny_model_dir), "--mode", "quality", *ARGS]) == 0
     lines = capsys.readouterr().out.strip().splitlines()

@@ -113,10 +113,15 @@ def test_verify_confidence_scores_every_completion_position(monkeypatch, capsys)
     model, tokenizer = dllm_edit.load_default()
     config = dllm_edit.EditGenerationConfig.from_mode("speedy", max_new_tokens=16, block_length=32)
     row = {"prompt": "sort:9431=", "completion": "1349"}
-    scores = namespace["verify_step_scores"](model, tokenizer, row, config)
+    traced = namespace["decode_traced"](model, tokenizer, row, config)
+    scores = namespace["verify_step_scores"](traced)
     assert len(scores) == 5  # four digits and EOS, all inside the first block
     assert all(0.0 <= prob <= 1.0 for _, prob, _ in scores)
+    fates = namespace["draft_fates"](traced)
+    assert len(fates) == 5  # every reference position is drafted once
+    final = traced.out.sequences[0, traced.prompt_length : traced.prompt_length + 5].tolist()
+    assert [f for _, _, f in fates] == [a == b for a, b in zip(final, traced.target, strict=True)]
     monkeypatch.setattr("sys.argv", ["verify_confidence.py", "--prompts", "2", "--families", "sort"])
     runpy.run_path(str(script), run_name="__main__")
     out = capsys.readouterr().out
-    assert "| wrong |" in out and "| right |" in out
+    assert "| wrong |" in out and "| right |" in out and "rewritten (%)" in out

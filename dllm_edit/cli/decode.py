@@ -6,8 +6,10 @@
 Without `--model`, the small model shipped in the package decodes (`dllm_edit.load_default()`).
 
 `generate` prints the completion — on a terminal it shows the block being drafted and edited live
-(edited tokens in red, freshly unmasked ones in yellow) — then a line with forwards, tokens per
-forward and tokens/s; `--json` prints one JSON object instead (the last line of output).
+(edited tokens in red, freshly unmasked ones in yellow) — then every edit (the forward, the
+completion position, the token before and after), then a line with forwards, tokens per forward,
+edits and tokens/s; `--json` prints one JSON object instead (the last line of output, with the
+edits under `"edits"`).
 `compare` decodes the prompt with the S preset, the Q preset and M2T only (the S preset with editing
 off) and prints them side by side with their numbers.
 """
@@ -156,6 +158,7 @@ class Session:
             streamer=streamer,
             generator=torch.Generator(device=self.input_ids.device).manual_seed(self.args.seed),
             return_dict_in_generate=True,
+            output_trace=True,
         )
         seconds = time.perf_counter() - start
         if not isinstance(out, dllm_edit.EditGenerationOutput) or out.sequences is None:
@@ -172,9 +175,42 @@ class Session:
             "num_forwards": forwards,
             "tokens_per_forward": float(out.tokens_per_forward[0]),
             "num_edits": int(out.num_edits[0]) if out.num_edits is not None else 0,
+            "edits": self.edits(out, tokens),
             "seconds": seconds,
             "tokens_per_second": tokens / seconds if seconds > 0 else float("inf"),
         }
+
+
+    def edits(self, out: Any, length: int) -> list[dict[str, Any]]:
+        """Every rewrite of a written completion token, in decoding order: the forward it happened in
+        (1-based), the completion position, and the token before and after (read from the trace after
+        decoding, on the host)."""
+        width = self.input_ids.shape[1]
+        found = []
+        for forward, step in enumerate(out.trace or [], start=1):
+            if not bool(step.edit[0].any()):
+                continue
+            for slot in step.edit[0].nonzero().flatten().tolist():
+                position = step.span_start + slot - width
+                if not 0 <= position < length:
+                    continue
+                old, new = int(step.before[0, slot]), int(step.after[0, slot])
+                found.append(
+                    {
+                        "forward": forward,
+                        "position": position,
+                        "from": self.tokenizer.decode([old]),
+                        "to": self.tokenizer.decode([new]),
+                    }
+                )
+        return found
+
+
+def describe_edits(edits: list[dict[str, Any]]) -> str:
+    """One line per edit, e.g. `forward 3: token 2 '5' -> '4'`."""
+    return "\n".join(
+        f"  forward {e['forward']}: token {e['position']} {e['from']!r} -> {e['to']!r}" for e in edits
+    )
 
 
 def summary(result: dict[str, Any]) -> str:
@@ -214,6 +250,9 @@ def run_generate(argv: Sequence[str]) -> int:
         return 0
     if not live:
         print(args.prompt + result["text"])
+    if result["edits"]:
+        print("edits (T2T rewrites of tokens the model had written):")
+        print(describe_edits(result["edits"]))
     print(f"[{args.mode}] {summary(result)}")
     return 0
 
