@@ -147,7 +147,9 @@ def test_pinned_memory_is_off_without_an_accelerator(tmp_path, tiny_model_dir):
     assert loaded.training_args.dataloader_pin_memory is _has_accelerator()
 
 
-@pytest.mark.parametrize("name", ["default_model", "default_model_m2t", "default_model_no_on_policy"])
+@pytest.mark.parametrize(
+    "name", ["default_model", "default_model_m2t", "default_model_on_policy", "default_model_no_on_policy"]
+)
 def test_shipped_model_recipes_parse(name, tmp_path):
     # the long recipes are not run in CI: their every field must still parse and validate
     from dllm_edit.cli.sft import build_parser
@@ -158,11 +160,16 @@ def test_shipped_model_recipes_parse(name, tmp_path):
     )
     assert model.model_name_or_path == "dllm_edit:init/small"
     assert config.block_length == 32 and config.max_length % config.block_length == 0
-    if name == "default_model":  # the on-policy stream is what the shipped model is trained with
+    if name == "default_model_on_policy":  # the measured on-policy retrain of the shipped model
         assert config.on_policy_rate > 0 and config.on_policy_confidence == 0.0
     if name == "default_model_no_on_policy":  # same compute: the draft forwards' cost in extra steps
         shipped = build_parser().parse_args_and_config(
-            args=["--config", str(RECIPE.parent / "default_model.yaml"), "--output_dir", str(tmp_path)]
+            args=[
+                "--config",
+                str(RECIPE.parent / "default_model_on_policy.yaml"),
+                "--output_dir",
+                str(tmp_path),
+            ]
         )[1]
         drafted = shipped.max_steps - shipped.on_policy_warmup_steps
         assert config.max_steps == shipped.max_steps + round(drafted * shipped.on_policy_rate / 3)

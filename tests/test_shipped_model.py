@@ -65,6 +65,23 @@ def test_card_quotes_the_committed_recipe():
     assert recipe.read_text() in card
 
 
+MAIN_JOB_PROMPT = "sort:689="  # the README's main job
+
+
+def test_readme_main_job_shows_an_edit_that_repairs_the_draft(capsys):
+    """The README's main job (`dllm-edit generate PROMPT`, nothing else) writes the right answer (the
+    digits sorted) in more than one token per forward, with at least one visible T2T edit: the first
+    forward drafts a fourth digit, which the verification forward rewrites to end-of-sequence."""
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    assert f'dllm-edit generate "{MAIN_JOB_PROMPT}"' in readme.split("## Use")[0]  # the setup command
+    assert main(["generate", MAIN_JOB_PROMPT, "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    digits = MAIN_JOB_PROMPT.removeprefix("sort:").removesuffix("=")
+    assert result["text"] == "".join(sorted(digits))
+    assert result["mode"] == "speedy" and result["tokens_per_forward"] > 1.0
+    assert result["edits"] == [{"forward": 2, "position": 3, "from": "9", "to": "<|eos|>"}]
+
+
 def test_cli_defaults_to_the_shipped_model(capsys):
     assert main(["generate", "def add(a, b):", "--max-new-tokens", "32", "--json"]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -125,3 +142,17 @@ def test_verify_confidence_scores_every_completion_position(monkeypatch, capsys)
     runpy.run_path(str(script), run_name="__main__")
     out = capsys.readouterr().out
     assert "| wrong |" in out and "| right |" in out and "rewritten (%)" in out
+
+
+def test_editing_ablation_table(monkeypatch, capsys):
+    """`benchmarks/editing_ablation.py` prints one row per (model, setting); editing off never rewrites."""
+    import runpy
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "editing_ablation.py"
+    monkeypatch.syspath_prepend(str(script.parent))  # as `python benchmarks/...` puts it on the path
+    argv = ["editing_ablation.py", "--model", f"shipped={dllm_edit.DEFAULT_MODEL_DIR}"]
+    monkeypatch.setattr("sys.argv", [*argv, "--synthetic", "3", "--code", "1"])
+    runpy.run_path(str(script), run_name="__main__")
+    rows = [line.split("|") for line in capsys.readouterr().out.splitlines() if line.startswith("| shipped")]
+    assert [r[2].strip() for r in rows] == ["S", "S, editing off", "S + remasking"]
+    assert rows[1][7].strip() in ("0.0", "nan")  # no edit can rewrite a draft with editing off
