@@ -180,7 +180,6 @@ class Session:
             "tokens_per_second": tokens / seconds if seconds > 0 else float("inf"),
         }
 
-
     def edits(self, out: Any, length: int) -> list[dict[str, Any]]:
         """Every rewrite of a written completion token, in decoding order: the forward it happened in
         (1-based), the completion position, and the token before and after (read from the trace after
