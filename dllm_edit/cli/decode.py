@@ -187,8 +187,6 @@ class Session:
         width = self.input_ids.shape[1]
         found = []
         for forward, step in enumerate(out.trace or [], start=1):
-            if not bool(step.edit[0].any()):
-                continue
             for slot in step.edit[0].nonzero().flatten().tolist():
                 position = step.span_start + slot - width
                 if not 0 <= position < length:
