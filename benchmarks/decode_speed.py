@@ -23,6 +23,7 @@ it; it never asserts a time).
     python benchmarks/decode_speed.py --vs-reference                    # MoE hidden 128, P=256, G=256
     python benchmarks/decode_speed.py --vs-reference --prompt-len 64 --hidden 256
     python benchmarks/decode_speed.py --vs-reference --tiny             # the CI check
+    python benchmarks/decode_speed.py --moe-forward [--compile]         # ms per MoE forward by width
     python benchmarks/decode_speed.py --device-grid --hidden 768 --layers 8 --vocab 32000  # GPU, ~125M
 """
 
@@ -130,6 +131,11 @@ def vs_reference(args: argparse.Namespace) -> bool:
     from reference_decoder import reference_generate_21
 
     model = build_moe(args.vocab, args.hidden, args.layers, args.seed)
+    if args.experts is not None:
+        if not hasattr(model, "set_experts_implementation"):
+            raise SystemExit("--experts needs transformers >= 5 (PreTrainedModel.set_experts_implementation)")
+        model.set_experts_implementation(args.experts)
+    experts = getattr(model.config, "_experts_implementation", None) or "eager"
     params = sum(p.numel() for p in model.parameters())
     mask_id, eos_id, pad_id = args.vocab - 1, args.vocab - 2, args.vocab - 3
     g = torch.Generator().manual_seed(args.seed)
@@ -138,16 +144,17 @@ def vs_reference(args: argparse.Namespace) -> bool:
     timer = ForwardTimer(model)
     print(
         f"torch {torch.__version__}, {os.cpu_count()} cores, threads {torch.get_num_threads()}; model: "
-        f"Qwen3-MoE hidden {args.hidden}, {args.layers} layers, 8 experts (2 active), vocab {args.vocab}, "
+        f"Qwen3-MoE hidden {args.hidden}, {args.layers} layers, 8 experts (2 active, {experts!r} experts "
+        f"implementation), vocab {args.vocab}, "
         f"{params / 1e6:.2f}M params; prompt {args.prompt_len} + {args.new_tokens} new, block "
         f"{args.block_length}, eos_early_stop off; {args.repeats} alternating rounds (median (min-max))"
     )
     print()
     print(
         f"| preset | reference s | dllm_edit s | dllm_edit / reference | batch {args.batch} s "
-        f"| batch {args.batch} / batch 1 tokens/s | forwards | in forward | identical |"
+        f"| batch {args.batch} / batch 1 tokens/s | forwards | in forward | ceiling | identical |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     all_identical = True
     for mode in args.modes:
         cfg = dllm_edit.EditGenerationConfig.from_mode(
@@ -169,7 +176,7 @@ def vs_reference(args: argparse.Namespace) -> bool:
             editing_threshold=cfg.editing_threshold,
             max_post_steps=cfg.max_post_steps,
         )
-        ours_t, ref_t, batch_t, ratios, batch_gain, shares = [], [], [], [], [], []
+        ours_t, ref_t, batch_t, ratios, batch_gain, shares, ceilings = [], [], [], [], [], [], []
         identical = True
         forwards = 0
         dllm_edit.generate(model, one, generation_config=cfg)  # warm-up (and compilation)
@@ -183,6 +190,7 @@ def vs_reference(args: argparse.Namespace) -> bool:
             out = dllm_edit.generate(model, one, generation_config=cfg)
             ours_t.append(time.perf_counter() - start)
             shares.append(timer.total / ours_t[-1])
+            ceilings.append(ref_t[-1] / timer.total)  # the ratio if everything outside forward cost 0
             forwards = int(out.num_forwards[0])
 
             start = time.perf_counter()
@@ -199,17 +207,56 @@ def vs_reference(args: argparse.Namespace) -> bool:
         print(
             f"| {mode} | {spread(ref_t)} | {spread(ours_t)} | {spread(ratios)}x | {spread(batch_t)} "
             f"| {spread(batch_gain)}x | {forwards} | {statistics.median(shares):.0%} "
-            f"({min(shares):.0%}-{max(shares):.0%}) | {identical} |",
+            f"({min(shares):.0%}-{max(shares):.0%}) | {spread(ceilings)}x | {identical} |",
             flush=True,
         )
     print()
     print(
         "dllm_edit: defaults of the preset (cache on), batch 1; batch row 0 must equal the prompt alone. "
         "in forward: share of dllm_edit's batch-1 wall time inside model.forward (the rest is the "
-        "decoding loop, the cache bookkeeping and the candidate step)."
+        "decoding loop, the cache bookkeeping and the candidate step). ceiling: reference s / dllm_edit's "
+        "seconds inside model.forward, the ratio a decoding loop costing nothing would reach with the "
+        "same forwards."
     )
     print(f"tokens identical to the reference in every run: {all_identical}")
     return all_identical
+
+
+@torch.no_grad()
+def moe_forward_cost(args: argparse.Namespace) -> None:
+    """ms per forward of the `--vs-reference` MoE model over 32, 64 and 512 positions (no cache), for
+    each transformers experts implementation (and compiled, with `--compile`): the fixed cost per
+    forward that bounds what a cached decoder can gain over one that re-runs the whole window."""
+    widths = (32, 64, 512)
+    print(
+        f"torch {torch.__version__}, threads {torch.get_num_threads()}; Qwen3-MoE hidden {args.hidden}, "
+        f"{args.layers} layers, vocab {args.vocab}; median of {args.repeats} calls after 3 warm-up calls"
+    )
+    print()
+    print("| experts | compiled | " + " | ".join(f"ms, {w} positions" for w in widths) + " | 512 / 32 |")
+    print("|---|---|" + "---:|" * (len(widths) + 1))
+    ids = torch.randint(0, args.vocab - 3, (1, max(widths)), generator=torch.Generator().manual_seed(0))
+    kinds = ["eager", "grouped_mm", "batched_mm"] if args.experts is None else [args.experts]
+    for experts in kinds:
+        for compiled in (False, True) if args.compile else (False,):
+            model = build_moe(args.vocab, args.hidden, args.layers, args.seed)
+            if hasattr(model, "set_experts_implementation"):
+                model.set_experts_implementation(experts)
+            elif experts != "eager":
+                continue  # transformers 4.x: the experts loop only
+            call = torch.compile(model, dynamic=True) if compiled else model
+            ms = []
+            for width in widths:
+                for _ in range(3):
+                    call(input_ids=ids[:, :width])
+                times = []
+                for _ in range(args.repeats):
+                    start = time.perf_counter()
+                    call(input_ids=ids[:, :width])
+                    times.append(time.perf_counter() - start)
+                ms.append(1e3 * statistics.median(times))
+            cells = " | ".join(f"{m:.2f}" for m in ms)
+            print(f"| {experts} | {'yes' if compiled else 'no'} | {cells} | {ms[-1] / ms[0]:.1f} |", flush=True)
 
 
 def device_grid(args: argparse.Namespace) -> None:
@@ -269,6 +316,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--vs-reference", action="store_true", help="time against tests/reference_decoder.py")
     p.add_argument("--tiny", action="store_true", help="seconds-long run for CI (with --vs-reference)")
     p.add_argument("--compile", action="store_true", help="EditGenerationConfig(compile=True)")
+    p.add_argument(
+        "--moe-forward",
+        action="store_true",
+        help="ms per forward of the --vs-reference MoE model at 32/64/512 positions, per experts implementation",
+    )
     p.add_argument("--device-grid", action="store_true", help="S/Q x cache x compile tokens/s on --device")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
@@ -282,6 +334,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--vocab", type=int, default=None, help="default 2048 (512 with --vs-reference)")
     p.add_argument("--hidden", type=int, default=None, help="default 64 (128 with --vs-reference)")
     p.add_argument("--layers", type=int, default=None, help="default 2 (4 with --vs-reference)")
+    p.add_argument(
+        "--experts",
+        default=None,
+        choices=["eager", "grouped_mm", "batched_mm"],
+        help="the MoE model's experts implementation (transformers >= 5; default: transformers' choice)",
+    )
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
@@ -292,7 +350,9 @@ def main(argv: list[str] | None = None) -> int:
             p.error("--tiny needs --vs-reference")
         args.prompt_len, args.new_tokens, args.block_length, args.batch = 12, 16, 8, 2
         args.repeats, args.vocab, args.hidden, args.layers = 1, 64, 32, 1
-    defaults = (5, 512, 128, 4) if args.vs_reference else (3, 2048, 64, 2)
+    if args.moe_forward and args.repeats is None:
+        args.repeats = 20
+    defaults = (5, 512, 128, 4) if args.vs_reference or args.moe_forward else (3, 2048, 64, 2)
     for name, value in zip(("repeats", "vocab", "hidden", "layers"), defaults):
         if getattr(args, name) is None:
             setattr(args, name, value)
@@ -300,6 +360,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if vs_reference(args) else 1
     if args.device_grid:
         device_grid(args)
+        return 0
+    if args.moe_forward:
+        moe_forward_cost(args)
         return 0
     llama_table(args)
     return 0

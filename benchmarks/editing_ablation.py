@@ -44,10 +44,13 @@ def evaluate(model, tokenizer, synthetic: list[dict], code: list[dict]) -> list[
     rows = []
     for name, config in settings().items():
         texts, tpf, _ = decode_prompts(model, tokenizer, [r["prompt"] for r in synthetic], config, 32)
-        code_config = config.replace(max_new_tokens=128)
-        code_texts, code_tpf, _ = decode_prompts(
-            model, tokenizer, [r["prompt"] for r in code], code_config, 16
-        )
+        parses, code_tpf_text = "—", "—"  # no functions asked for (--code 0)
+        if code:
+            code_config = config.replace(max_new_tokens=128)
+            code_texts, code_tpf, _ = decode_prompts(
+                model, tokenizer, [r["prompt"] for r in code], code_config, 16
+            )
+            parses, code_tpf_text = f"{parse_rate(code_texts, code):.1f}", f"{code_tpf:.2f}"
         fates = [f for r in synthetic for f in draft_fates(decode_traced(model, tokenizer, r, config))]
         edits = fate_table(fates)
         rows.append(
@@ -55,8 +58,8 @@ def evaluate(model, tokenizer, synthetic: list[dict], code: list[dict]) -> list[
                 name,
                 f"{exact_match(texts, synthetic):.1f}",
                 f"{tpf:.2f}",
-                f"{parse_rate(code_texts, code):.1f}",
-                f"{code_tpf:.2f}",
+                parses,
+                code_tpf_text,
                 f"{edits['rewritten']:.1f}",
                 f"{edits['repaired']:.1f}",
                 f"{edits['broken']:.1f}",
@@ -71,8 +74,12 @@ def main() -> None:
         "--model", action="append", required=True, metavar="NAME=PATH", help="a checkpoint to compare"
     )
     parser.add_argument("--synthetic", type=int, default=200, help="held-out synthetic prompts")
-    parser.add_argument("--code", type=int, default=50, help="held-out functions")
+    parser.add_argument("--code", type=int, default=50, help="held-out functions (0: none)")
     args = parser.parse_args()
+    if args.synthetic < 1:
+        parser.error(f"--synthetic must be >= 1 (the drafts are followed on them), got {args.synthetic}")
+    if args.code < 0:
+        parser.error(f"--code must be >= 0 (0 skips the functions), got {args.code}")
     models = []
     for spec in args.model:
         name, sep, path = spec.partition("=")

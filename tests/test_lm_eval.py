@@ -164,6 +164,19 @@ def test_two_processes_give_the_same_items_as_one(tasks, tmp_path, one_process):
     assert stats["generate_until"] == len(ROWS)  # both ranks' rows, summed
 
 
+def test_the_process_group_is_ended_before_exit(tmp_path):
+    # `dllm-edit eval` ends the group it ran in (a gloo rank left to interpreter shutdown can abort)
+    import torch.distributed as dist
+
+    from dllm_edit.lm_eval.distributed import end_process_group
+
+    end_process_group()  # no group: nothing to do
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    assert dist.is_initialized()
+    end_process_group()
+    assert not dist.is_initialized()
+
+
 @pytest.fixture(scope="module")
 def lm() -> DllmEditLM:
     return DllmEditLM(mode="speedy", max_new_tokens=MAX_NEW, batch_size=4, mc_num=2)

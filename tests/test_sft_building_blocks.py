@@ -200,6 +200,53 @@ def test_in_context_replacements_are_plausible_on_average():
         corrupt_response(ids, response, mask_token_id=MASK, vocab_size=VOCAB, in_context_rate=2.0)
 
 
+@given(
+    rows=st.lists(st.tuples(st.integers(1, 12), st.integers(0, 12)), min_size=1, max_size=4),
+    shift_rate=st.floats(0, 1),
+    seed=st.integers(0, 2**16),
+)
+def test_shifted_spans_move_response_tokens_by_one_position(rows, shift_rate, seed):
+    """Edit-based corruption: masks and rates are those drawn without it (it is drawn last); a row has
+    at most one shifted span, inside its response, whose tokens are its neighbours' clean tokens; every
+    unmasked position that differs from x_0 is marked replaced."""
+    width = max(p + r for p, r in rows)
+    ids, response, _ = _batch([p + r for p, r in rows], [p for p, _ in rows], width)
+    kwargs = dict(mask_token_id=MASK, vocab_size=VOCAB, mask_rate=(0.0, 0.5), edit_rate=(0.0, 0.0))
+    plain = corrupt_response(ids, response, generator=torch.Generator().manual_seed(seed), **kwargs)
+    shifted = corrupt_response(
+        ids, response, shift_rate=shift_rate, generator=torch.Generator().manual_seed(seed), **kwargs
+    )
+    assert torch.equal(shifted.masked, plain.masked) and torch.equal(shifted.mask_rate, plain.mask_rate)
+    assert torch.equal(shifted.replaced, response & ~shifted.masked & (shifted.noisy != ids))
+    assert not (shifted.replaced & ~response).any()
+    for row in range(ids.shape[0]):
+        changed = shifted.replaced[row].nonzero().flatten().tolist()
+        if changed:  # one span: within 8 positions, each token the clean token one position away
+            assert changed[-1] - changed[0] < 8
+            for i in changed:
+                neighbours = {int(ids[row, j]) for j in (i - 1, i + 1) if 0 <= j < width and response[row, j]}
+                assert int(shifted.noisy[row, i]) in neighbours
+    if shift_rate == 0:
+        assert torch.equal(shifted.noisy, plain.noisy)
+
+
+def test_shifted_spans_insert_and_delete():
+    """Rate 1 on distinct tokens: every row gets a duplicated or dropped token, and bad rates raise."""
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.stack([torch.randperm(VOCAB - 10, generator=gen)[:24] + 5 for _ in range(200)])  # [200, 24]
+    response = torch.ones_like(ids, dtype=torch.bool)
+    response[:, :4] = False
+    c = corrupt_response(
+        ids, response, mask_token_id=MASK, vocab_size=VOCAB, mask_rate=(0.0, 0.0), edit_rate=(0.0, 0.0),
+        shift_rate=1.0, generator=torch.Generator().manual_seed(1),
+    )
+    assert c.replaced.any(dim=1).float().mean() > 0.9  # (a span starting the response may shift nothing)
+    repeats = (c.noisy[:, 1:] == c.noisy[:, :-1]).any(dim=1)  # every shift writes one token twice
+    assert torch.equal(repeats, c.replaced.any(dim=1))
+    with pytest.raises(ValueError, match="shift_rate"):
+        corrupt_response(ids, response, mask_token_id=MASK, vocab_size=VOCAB, shift_rate=1.5)
+
+
 @pytest.mark.parametrize(
     "bad", [dict(mask_rate=(-0.1, 0.5)), dict(mask_rate=(0.6, 0.5)), dict(edit_rate=(0, 1.5))]
 )

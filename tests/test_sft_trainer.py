@@ -190,6 +190,8 @@ def test_bad_input_is_refused_before_training(tmp_path):
         config(tmp_path, editing_stream_rate=1.0)
     with pytest.raises(ValueError, match="edit_noise_in_context"):
         config(tmp_path, edit_noise_in_context=-0.5)
+    with pytest.raises(ValueError, match="edit_noise_shift"):
+        config(tmp_path, edit_noise_shift=1.5)
     with pytest.raises(ValueError, match="editing_stream_rate=0"):  # plain M2T must say so
         config(tmp_path, edit_rate_max=0.0, clean_loss_weight=0.0)
     with pytest.raises(ValueError, match="multiple of `block_length`"):

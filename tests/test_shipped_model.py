@@ -156,3 +156,16 @@ def test_editing_ablation_table(monkeypatch, capsys):
     rows = [line.split("|") for line in capsys.readouterr().out.splitlines() if line.startswith("| shipped")]
     assert [r[2].strip() for r in rows] == ["S", "S, editing off", "S + remasking"]
     assert rows[1][7].strip() in ("0.0", "nan")  # no edit can rewrite a draft with editing off
+
+
+def test_editing_ablation_without_functions(monkeypatch, capsys):
+    """`--code 0` leaves the code columns empty instead of failing on no functions."""
+    import runpy
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "editing_ablation.py"
+    monkeypatch.syspath_prepend(str(script.parent))
+    argv = ["editing_ablation.py", "--model", f"shipped={dllm_edit.DEFAULT_MODEL_DIR}"]
+    monkeypatch.setattr("sys.argv", [*argv, "--synthetic", "2", "--code", "0"])
+    runpy.run_path(str(script), run_name="__main__")
+    rows = [line.split("|") for line in capsys.readouterr().out.splitlines() if line.startswith("| shipped")]
+    assert len(rows) == 3 and all(r[5].strip() == r[6].strip() == "—" for r in rows)

@@ -106,3 +106,16 @@ def test_decode_speed_vs_reference_tiny(capsys):
     out = capsys.readouterr().out
     assert "tokens identical to the reference in every run: True" in out
     assert out.count("| True |") == 2
+
+
+def test_decode_speed_reports_the_ceiling_and_the_moe_forward_cost(capsys):
+    """The vs-reference table has a ceiling column (reference time / time inside forward); the
+    forward-cost table has a row per experts implementation transformers offers. Times are printed,
+    never asserted."""
+    main = runpy.run_path(str(ROOT / "benchmarks" / "decode_speed.py"))["main"]
+    assert main(["--vs-reference", "--tiny", "--modes", "speedy"]) == 0
+    header = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| preset"))
+    assert "| ceiling |" in header
+    assert main(["--moe-forward", "--hidden", "32", "--layers", "1", "--vocab", "64", "--repeats", "1"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "ms," not in line]
+    assert rows[0].startswith("| eager | no |") and len(rows[0].split("|")) == 8

@@ -14,6 +14,14 @@ tokens (M2T) and an *editing* stream that recovers original tokens from random-n
   drafts (measured on the shipped model: docs/benchmarks.md);
 - **clean** otherwise (left as it is).
 
+With `shift_rate > 0`, that fraction of the examples also gets one *shifted span* (edit-based
+corruption, as Seed Diffusion's insertions and deletions): the tokens of a span of `SHIFT_SPAN`
+response positions move one position right (an inserted token: the span starts with a copy of the
+token before it, and its last token drops out) or left (a deleted token: the token after the span is
+pulled in and so appears twice). These are the duplicated and dropped tokens of parallel drafting
+(`sort:689=` drafted as `6899`), errors that the rest of the block gives away, unlike a uniform
+random token. Shifted positions that are not masked and differ from `x_0` count as replaced.
+
 With `editing_stream_rate > 0`, that fraction of the examples (or blocks) is an *editing-stream*
 example: nothing is masked, only random replacements (rate `e`) — a fully written block with some
 wrong tokens, the state every post step of T2T decoding judges. Without such examples a model never
@@ -32,6 +40,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+
+SHIFT_SPAN = (2, 8)
+"""Lengths (min, max, inclusive) of a shifted span of the edit-based corruption (`shift_rate`)."""
 
 
 @dataclass(frozen=True)
@@ -110,6 +121,7 @@ def corrupt_response(
     never_sample: Sequence[int] = (),
     editing_stream_rate: float = 0.0,
     in_context_rate: float = 0.0,
+    shift_rate: float = 0.0,
     generator: torch.Generator | None = None,
 ) -> Corruption:
     """Mask and randomly replace response tokens (see the module docstring).
@@ -130,6 +142,8 @@ def corrupt_response(
         in_context_rate: fraction of the replacements that copy another response position's token
             of the same example instead of a random vocabulary token (0 = uniform noise only). The
             `never_sample` ids (e.g. the EOS padding of a response) are never copied.
+        shift_rate: probability that an example gets one shifted span (an insertion or a deletion,
+            see the module docstring); 0 = none.
         generator: source of all randomness (its device is where the noise is drawn).
 
     Returns:
@@ -155,6 +169,11 @@ def corrupt_response(
         raise ValueError(
             f"`in_context_rate` must lie in [0, 1], got {in_context_rate!r}: it is the fraction of random "
             "replacements drawn from the example's own response tokens (e.g. 0.5)."
+        )
+    if not 0.0 <= shift_rate <= 1.0:
+        raise ValueError(
+            f"`shift_rate` must lie in [0, 1], got {shift_rate!r}: it is the fraction of examples given one "
+            "shifted span, an inserted or deleted token (e.g. 0.25)."
         )
     if not 0.0 <= editing_stream_rate <= 1.0:
         raise ValueError(
@@ -196,9 +215,13 @@ def corrupt_response(
         context_tokens = _tokens_of_random_response_positions(input_ids, ordinary, which)  # [B, T]
         from_context = from_context.to(device) & ordinary.any(dim=1, keepdim=True)  # [B, T]
         random_tokens = torch.where(from_context, context_tokens, random_tokens)  # [B, T]
+    written = input_ids  # [B, T] the tokens before random replacements
+    if shift_rate > 0:  # drawn last of all, so rate 0 reproduces the draws above exactly
+        u = torch.rand((shape[0], 4), generator=generator, device=noise_device).to(device)  # [B, 4]
+        written = _shift_one_span(input_ids, response, u[:, 0] < shift_rate, u[:, 1], u[:, 2], u[:, 3] < 0.5)
     replaced = response & ~masked & draw_edit.to(device) & (random_tokens != input_ids)  # [B, T]
-
-    noisy = torch.where(replaced, random_tokens, input_ids)  # [B, T]
+    noisy = torch.where(replaced, random_tokens, written)  # [B, T]
+    replaced = response & ~masked & (noisy != input_ids)  # [B, T] random replacements and shifted tokens
     noisy = noisy.masked_fill(masked, mask_token_id)  # [B, T]
     return Corruption(noisy=noisy, masked=masked, replaced=replaced, mask_rate=t.to(device))
 
@@ -223,3 +246,46 @@ def _tokens_of_random_response_positions(
     order = torch.sort((~response).to(torch.int8), dim=1, stable=True).indices  # [B, T]
     source = order.gather(1, rank)  # [B, T] position of the chosen response token
     return input_ids.gather(1, source)  # [B, T]
+
+
+def _shift_one_span(
+    input_ids: torch.Tensor,
+    response: torch.Tensor,
+    rows: torch.Tensor,
+    start_u: torch.Tensor,
+    length_u: torch.Tensor,
+    insert: torch.Tensor,
+) -> torch.Tensor:
+    """`input_ids` with one span of each chosen row's response shifted by one position.
+
+    Args:
+        input_ids: LongTensor `[B, T]`, `x_0`.
+        response: BoolTensor `[B, T]`, a contiguous run of positions per row (the completion).
+        rows: BoolTensor `[B]`, the rows to shift.
+        start_u, length_u: FloatTensor `[B]` in [0, 1): where the span starts in the response and
+            its length in `SHIFT_SPAN` (cut to the response's length).
+        insert: BoolTensor `[B]`: shift right (a token inserted) where True, left (one deleted) where False.
+
+    Returns:
+        LongTensor `[B, T]`.
+
+    Examples:
+        >>> ids = torch.tensor([[7, 1, 2, 3, 4, 5]])
+        >>> resp = torch.tensor([[False, True, True, True, True, True]])
+        >>> one, zero = torch.tensor([True]), torch.tensor([0.0])
+        >>> _shift_one_span(ids, resp, one, zero, torch.tensor([0.99]), torch.tensor([True])).tolist()
+        [[7, 1, 1, 2, 3, 4]]
+        >>> _shift_one_span(ids, resp, one, zero, zero, torch.tensor([False])).tolist()  # span of 2
+        [[7, 2, 3, 3, 4, 5]]
+    """
+    low, high = SHIFT_SPAN
+    count = response.sum(dim=1)  # [B]
+    first = response.to(torch.int8).argmax(dim=1)  # [B] first response position
+    last = first + (count - 1).clamp_min(0)  # [B]
+    length = torch.minimum(low + (length_u * (high - low + 1)).long(), count)  # [B]
+    start = first + (start_u * (count - length + 1).float()).long()  # [B] the span fits the response
+    pos = torch.arange(input_ids.shape[1], device=input_ids.device)[None]  # [1, T]
+    in_span = (pos >= start[:, None]) & (pos < (start + length)[:, None]) & rows[:, None] & response  # [B, T]
+    source = pos - torch.where(insert, 1, -1)[:, None]  # [B, T] insert reads i - 1, delete i + 1
+    source = torch.minimum(torch.maximum(source, first[:, None]), last[:, None])  # [B, T] inside the response
+    return torch.where(in_span, input_ids.gather(1, source), input_ids)  # [B, T]

@@ -53,6 +53,10 @@ class EditSFTConfig(SFTConfig):
         edit_noise_in_context (float): fraction of the random replacements that copy another token
             of the same response instead of a uniform vocabulary token (default 0): plausible errors,
             the kind a drafter makes, which uniform noise never shows the model.
+        edit_noise_shift (float): fraction of the examples given one shifted span (default 0): the
+            tokens of 2-8 response positions move one position right (a token inserted) or left
+            (one deleted), the duplicated / dropped tokens of parallel drafting (edit-based
+            corruption, `dllm_edit.trainers.corruption`). Shifted tokens are editing positions.
         mtf_turns (int): forwards per example (default 1 = Multi-turn Forward off); `k > 1` adds
             `k - 1` turns, each on a draft built from the previous turn's detached argmax
             predictions, trained to recover the clean tokens.
@@ -152,6 +156,13 @@ class EditSFTConfig(SFTConfig):
             "(plausible errors) instead of a uniform vocabulary token; 0 = uniform noise only."
         },
     )
+    edit_noise_shift: float = field(
+        default=0.0,
+        metadata={
+            "help": "Fraction of examples given one shifted span (a token inserted or deleted, 2-8 "
+            "positions moved by one): edit-based corruption; 0 = none."
+        },
+    )
     mtf_turns: int = field(
         default=1, metadata={"help": "Forwards per example; 1 = Multi-turn Forward off, 2 = one extra turn."}
     )
@@ -215,6 +226,11 @@ class EditSFTConfig(SFTConfig):
             raise ValueError(
                 f"`edit_noise_in_context` must lie in [0, 1], got {self.edit_noise_in_context!r}: it is the "
                 "fraction of replacements drawn from the response's own tokens (e.g. 0.5)."
+            )
+        if not 0.0 <= self.edit_noise_shift <= 1.0:
+            raise ValueError(
+                f"`edit_noise_shift` must lie in [0, 1], got {self.edit_noise_shift!r}: it is the fraction of "
+                "examples given one shifted span, an inserted or deleted token (e.g. 0.25)."
             )
         check_on_policy_fields(
             self.on_policy_rate, self.on_policy_warmup_steps, self.on_policy_draft, self.on_policy_confidence

@@ -388,6 +388,7 @@ class EditSFTTrainer(SavesDecodingConfig, SFTTrainer):
             never_sample=self.never_sample,
             editing_stream_rate=args.editing_stream_rate,
             in_context_rate=args.edit_noise_in_context,
+            shift_rate=args.edit_noise_shift,
         )
         forward = DiffusionForward(
             model, self.attention_form, args.block_length, fused_lm_head=args.fused_lm_head

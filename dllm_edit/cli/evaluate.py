@@ -35,6 +35,7 @@ def run(argv: Sequence[str]) -> int:
         from lm_eval.__main__ import cli_evaluate
 
         import dllm_edit.lm_eval  # noqa: F401  (registers the model)
+        from dllm_edit.lm_eval.distributed import end_process_group
     except ImportError as err:
         raise ImportError(
             f'dllm-edit eval needs lm-evaluation-harness: pip install "dllm-edit[eval]" ({err})'
@@ -51,4 +52,5 @@ def run(argv: Sequence[str]) -> int:
         return exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
     finally:
         sys.argv = saved
+        end_process_group()
     return 0

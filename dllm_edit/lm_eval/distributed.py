@@ -8,7 +8,14 @@ import torch
 
 from dllm_edit.trainers.distributed import all_gather_objects
 
-__all__ = ["all_gather_objects", "all_gather_stacked", "barrier", "gather_to", "process_group"]
+__all__ = [
+    "all_gather_objects",
+    "all_gather_stacked",
+    "barrier",
+    "end_process_group",
+    "gather_to",
+    "process_group",
+]
 
 
 def process_group() -> tuple[int, int]:
@@ -49,3 +56,15 @@ def barrier() -> None:
     import torch.distributed as dist
 
     dist.barrier()
+
+
+def end_process_group() -> None:
+    """Destroy the default process group, if this process started one, before the interpreter exits.
+
+    Left to the interpreter's shutdown, gloo's worker threads can be torn down while still joinable
+    ("terminate called without an active exception", an abort after the results were written).
+    """
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
