@@ -256,7 +256,8 @@ def moe_forward_cost(args: argparse.Namespace) -> None:
                     times.append(time.perf_counter() - start)
                 ms.append(1e3 * statistics.median(times))
             cells = " | ".join(f"{m:.2f}" for m in ms)
-            print(f"| {experts} | {'yes' if compiled else 'no'} | {cells} | {ms[-1] / ms[0]:.1f} |", flush=True)
+            done = "yes" if compiled else "no"
+            print(f"| {experts} | {done} | {cells} | {ms[-1] / ms[0]:.1f} |", flush=True)
 
 
 def device_grid(args: argparse.Namespace) -> None:
@@ -319,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--moe-forward",
         action="store_true",
-        help="ms per forward of the --vs-reference MoE model at 32/64/512 positions, per experts implementation",
+        help="ms per forward of the --vs-reference MoE model at 32/64/512 positions, per experts kind",
     )
     p.add_argument("--device-grid", action="store_true", help="S/Q x cache x compile tokens/s on --device")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")

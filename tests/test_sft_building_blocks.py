@@ -237,8 +237,14 @@ def test_shifted_spans_insert_and_delete():
     response = torch.ones_like(ids, dtype=torch.bool)
     response[:, :4] = False
     c = corrupt_response(
-        ids, response, mask_token_id=MASK, vocab_size=VOCAB, mask_rate=(0.0, 0.0), edit_rate=(0.0, 0.0),
-        shift_rate=1.0, generator=torch.Generator().manual_seed(1),
+        ids,
+        response,
+        mask_token_id=MASK,
+        vocab_size=VOCAB,
+        mask_rate=(0.0, 0.0),
+        edit_rate=(0.0, 0.0),
+        shift_rate=1.0,
+        generator=torch.Generator().manual_seed(1),
     )
     assert c.replaced.any(dim=1).float().mean() > 0.9  # (a span starting the response may shift nothing)
     repeats = (c.noisy[:, 1:] == c.noisy[:, :-1]).any(dim=1)  # every shift writes one token twice

@@ -117,5 +117,6 @@ def test_decode_speed_reports_the_ceiling_and_the_moe_forward_cost(capsys):
     header = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| preset"))
     assert "| ceiling |" in header
     assert main(["--moe-forward", "--hidden", "32", "--layers", "1", "--vocab", "64", "--repeats", "1"]) == 0
-    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "ms," not in line]
+    lines = capsys.readouterr().out.splitlines()
+    rows = [line for line in lines if line.startswith("| ") and "ms," not in line]
     assert rows[0].startswith("| eager | no |") and len(rows[0].split("|")) == 8

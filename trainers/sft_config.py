@@ -229,8 +229,8 @@ class EditSFTConfig(SFTConfig):
             )
         if not 0.0 <= self.edit_noise_shift <= 1.0:
             raise ValueError(
-                f"`edit_noise_shift` must lie in [0, 1], got {self.edit_noise_shift!r}: it is the fraction of "
-                "examples given one shifted span, an inserted or deleted token (e.g. 0.25)."
+                f"`edit_noise_shift` must lie in [0, 1], got {self.edit_noise_shift!r}: it is the fraction "
+                "of examples given one shifted span, an inserted or deleted token (e.g. 0.25)."
             )
         check_on_policy_fields(
             self.on_policy_rate, self.on_policy_warmup_steps, self.on_policy_draft, self.on_policy_confidence

@@ -20,8 +20,8 @@ Datasets (`dataset_name: dllm_edit:<name>`, split from `dataset_train_split` / `
 
 Models (`model_name_or_path: dllm_edit:init/<size>`): `tiny` (hidden 64, 2 layers), `small` (hidden
 192, 4 layers; the shipped model, 2.7 M parameters), `medium` (hidden 256, 5 layers, 5.3 M parameters,
-about twice the small model's training cost per step); a Llama architecture (loads with `from_pretrained`, no remote code) with a byte-level
-BPE tokenizer of 4,096 tokens.
+about twice the small model's training cost per step); a Llama architecture (loads with
+`from_pretrained`, no remote code) with a byte-level BPE tokenizer of 4,096 tokens.
 """
 
 from __future__ import annotations
@@ -38,7 +38,12 @@ MIX_FAMILIES: dict[str, int] = {"sort": 7, "reverse_digits": 7, "brackets": 7}
 MODEL_SIZES: dict[str, dict[str, int]] = {
     "tiny": {"hidden_size": 64, "intermediate_size": 192, "num_hidden_layers": 2, "num_attention_heads": 4},
     "small": {"hidden_size": 192, "intermediate_size": 576, "num_hidden_layers": 4, "num_attention_heads": 6},
-    "medium": {"hidden_size": 256, "intermediate_size": 768, "num_hidden_layers": 5, "num_attention_heads": 8},
+    "medium": {
+        "hidden_size": 256,
+        "intermediate_size": 768,
+        "num_hidden_layers": 5,
+        "num_attention_heads": 8,
+    },
 }
 _SIZES = {"train": 5000, "test": 200}
 TOKENIZER_VOCAB = 4096
