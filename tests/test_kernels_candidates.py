@@ -43,11 +43,18 @@ def _triton(logits, current=None, **kwargs):
     return candidates_triton(logits, current=current, **kwargs)
 
 
-def _assert_matches(got, want):
-    """Tokens equal, probabilities equal to float rounding (NaN where the reference has NaN)."""
+def _assert_matches(got, want, vocab=None):
+    """Tokens equal, probabilities equal to float rounding (NaN where the reference has NaN).
+
+    A probability divides by a float32 sum over the vocabulary, which the kernel and the reference
+    accumulate in different orders: the relative rounding error of such a sum grows like
+    `sqrt(V) * eps` (about 3e-5 at V = 157184, measured with triton 3.9's interpreter), so the
+    tolerance does too.
+    """
+    rtol = 2e-5 if vocab is None else max(2e-5, 4 * math.sqrt(vocab) * torch.finfo(torch.float32).eps)
     assert torch.equal(got[0].cpu(), want[0].cpu())
     for g, w in zip(got[1:], want[1:]):
-        torch.testing.assert_close(g.cpu(), w.cpu(), rtol=2e-5, atol=1e-7, equal_nan=True)
+        torch.testing.assert_close(g.cpu(), w.cpu(), rtol=rtol, atol=1e-7, equal_nan=True)
 
 
 # (B, L, V): V not a multiple of any tile, L = 1, B = 1 and B = 33; LLaDA2's 157184 with 2 rows
@@ -64,7 +71,7 @@ def test_greedy_kernel_matches_reference(shape, dtype):
     suppress = (shape[-1] - 1,) if shape[-1] > 1 else ()
     got = _triton(logits, current, suppress_ids=suppress)
     want = edit_candidates_reference(logits, current, suppress_ids=suppress)
-    _assert_matches(got, want)
+    _assert_matches(got, want, vocab=shape[-1])
 
 
 @needs_kernel
