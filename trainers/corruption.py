@@ -43,6 +43,7 @@ import torch
 
 SHIFT_SPAN = (2, 8)
 """Lengths (min, max, inclusive) of a shifted span of the edit-based corruption (`shift_rate`)."""
+SHIFT_MEANING = "the fraction of examples given one shifted span, an inserted or deleted token (e.g. 0.25)"
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,19 @@ def check_rate_range(name: str, low: float, high: float) -> None:
         )
     if low > high:
         raise ValueError(f"`{name}` min must not exceed max, got min={low!r} > max={high!r}. Swap them.")
+
+
+def check_fraction(name: str, value: float, meaning: str) -> None:
+    """Raise a ValueError unless `0 <= value <= 1`, naming the field, the value and what it means.
+
+    Examples:
+        >>> check_fraction("shift_rate", 1.5, "the share of examples shifted")
+        Traceback (most recent call last):
+        ...
+        ValueError: `shift_rate` must lie in [0, 1], got 1.5: it is the share of examples shifted.
+    """
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"`{name}` must lie in [0, 1], got {value!r}: it is {meaning}.")
 
 
 def sample_rates(
@@ -165,21 +179,17 @@ def corrupt_response(
     """
     check_rate_range("mask_rate", *mask_rate)
     check_rate_range("edit_rate", *edit_rate)
-    if not 0.0 <= in_context_rate <= 1.0:
-        raise ValueError(
-            f"`in_context_rate` must lie in [0, 1], got {in_context_rate!r}: it is the fraction of random "
-            "replacements drawn from the example's own response tokens (e.g. 0.5)."
-        )
-    if not 0.0 <= shift_rate <= 1.0:
-        raise ValueError(
-            f"`shift_rate` must lie in [0, 1], got {shift_rate!r}: it is the fraction of examples given one "
-            "shifted span, an inserted or deleted token (e.g. 0.25)."
-        )
-    if not 0.0 <= editing_stream_rate <= 1.0:
-        raise ValueError(
-            f"`editing_stream_rate` must lie in [0, 1], got {editing_stream_rate!r}: it is the fraction of "
-            "examples corrupted by random replacements only (e.g. 0.25)."
-        )
+    check_fraction(
+        "in_context_rate",
+        in_context_rate,
+        "the fraction of random replacements drawn from the example's own response tokens (e.g. 0.5)",
+    )
+    check_fraction("shift_rate", shift_rate, SHIFT_MEANING)
+    check_fraction(
+        "editing_stream_rate",
+        editing_stream_rate,
+        "the fraction of examples corrupted by random replacements only (e.g. 0.25)",
+    )
     if input_ids.shape != response_mask.shape:
         raise ValueError(
             f"`response_mask` must have the shape of `input_ids` {tuple(input_ids.shape)}, got "
@@ -219,8 +229,8 @@ def corrupt_response(
     if shift_rate > 0:  # drawn last of all, so rate 0 reproduces the draws above exactly
         u = torch.rand((shape[0], 4), generator=generator, device=noise_device).to(device)  # [B, 4]
         written = _shift_one_span(input_ids, response, u[:, 0] < shift_rate, u[:, 1], u[:, 2], u[:, 3] < 0.5)
-    replaced = response & ~masked & draw_edit.to(device) & (random_tokens != input_ids)  # [B, T]
-    noisy = torch.where(replaced, random_tokens, written)  # [B, T]
+    random_sites = response & ~masked & draw_edit.to(device) & (random_tokens != input_ids)  # [B, T]
+    noisy = torch.where(random_sites, random_tokens, written)  # [B, T]
     replaced = response & ~masked & (noisy != input_ids)  # [B, T] random replacements and shifted tokens
     noisy = noisy.masked_fill(masked, mask_token_id)  # [B, T]
     return Corruption(noisy=noisy, masked=masked, replaced=replaced, mask_rate=t.to(device))

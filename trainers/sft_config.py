@@ -8,7 +8,7 @@ import torch
 from trl import SFTConfig
 
 from .config_fields import SFT_REFUSED, check_refused
-from .corruption import check_rate_range
+from .corruption import SHIFT_MEANING, check_fraction, check_rate_range
 from .diffusion_forward import ATTENTION_FORMS
 from .objective import MASK_LOSS_WEIGHTINGS
 from .on_policy import ON_POLICY_DRAFTS, check_on_policy_fields
@@ -222,16 +222,12 @@ class EditSFTConfig(SFTConfig):
                 "`mask_rate_max` must be > 0: with no masked token the drafting stream (M2T) has nothing to "
                 f"learn, got {self.mask_rate_max!r}."
             )
-        if not 0.0 <= self.edit_noise_in_context <= 1.0:
-            raise ValueError(
-                f"`edit_noise_in_context` must lie in [0, 1], got {self.edit_noise_in_context!r}: it is the "
-                "fraction of replacements drawn from the response's own tokens (e.g. 0.5)."
-            )
-        if not 0.0 <= self.edit_noise_shift <= 1.0:
-            raise ValueError(
-                f"`edit_noise_shift` must lie in [0, 1], got {self.edit_noise_shift!r}: it is the fraction "
-                "of examples given one shifted span, an inserted or deleted token (e.g. 0.25)."
-            )
+        check_fraction(
+            "edit_noise_in_context",
+            self.edit_noise_in_context,
+            "the fraction of replacements drawn from the response's own tokens (e.g. 0.5)",
+        )
+        check_fraction("edit_noise_shift", self.edit_noise_shift, SHIFT_MEANING)
         check_on_policy_fields(
             self.on_policy_rate, self.on_policy_warmup_steps, self.on_policy_draft, self.on_policy_confidence
         )
