@@ -174,3 +174,64 @@ def test_shipped_model_recipes_parse(name, tmp_path):
         drafted = shipped.max_steps - shipped.on_policy_warmup_steps
         assert config.max_steps == shipped.max_steps + round(drafted * shipped.on_policy_rate / 3)
         assert config.edit_loss_weight == shipped.edit_loss_weight
+
+
+def test_resume_from_checkpoint_true_means_the_newest_checkpoint(tmp_path):
+    from dllm_edit.cli.recipe import resolve_resume
+
+    out = tmp_path / "out"
+    for empty in (None, False, "", "false", "None", "no"):
+        assert resolve_resume(empty, str(out)) is None
+    with pytest.raises(ValueError, match=r"resume_from_checkpoint=.*has none"):
+        resolve_resume("true", str(out))  # no output_dir yet
+    for step in (2, 10, 9):
+        (out / f"checkpoint-{step}").mkdir(parents=True)
+    newest = str(out / "checkpoint-10")  # by step, not by name: checkpoint-9 sorts after it
+    assert [resolve_resume(v, str(out)) for v in ("true", "True", "last", True, "1")] == [newest] * 5
+    assert resolve_resume(str(out / "checkpoint-2"), str(out)) == str(out / "checkpoint-2")
+    with pytest.raises(ValueError, match="is not a folder"):
+        resolve_resume(str(out / "checkpoint-3"), str(out))
+
+
+def test_a_recipe_resumes_with_true(tmp_path, tiny_model_dir, capsys):
+    # the recipes document `--resume_from_checkpoint true`: it must find the newest checkpoint
+    data = tmp_path / "train.jsonl"
+    data.write_text("\n".join(json.dumps({"prompt": "w2 w3", "completion": " w3 w2"}) for _ in range(8)))
+    out = tmp_path / "out"
+    argv = [
+        "sft",
+        "--model_name_or_path",
+        str(tiny_model_dir),
+        "--dataset_name",
+        str(data),
+        "--output_dir",
+        str(out),
+        "--per_device_train_batch_size",
+        "4",
+        "--block_length",
+        "4",
+        "--max_length",
+        "16",
+        "--save_strategy",
+        "steps",
+        "--save_steps",
+        "1",
+        "--use_cpu",
+        "true",
+        "--disable_tqdm",
+        "true",
+        "--report_to",
+        "none",
+    ]
+    # asking to resume an empty output_dir fails before the model is even looked for
+    missing_model = [*argv, "--max_steps", "2", "--resume_from_checkpoint", "true"]
+    missing_model[2] = str(tmp_path / "no-model")
+    assert main(missing_model) == 2
+    assert "has none" in capsys.readouterr().err
+    assert main([*argv, "--max_steps", "2"]) == 0
+    first = (out / "checkpoint-1" / "trainer_state.json").stat().st_mtime_ns
+    assert main([*argv, "--max_steps", "3", "--resume_from_checkpoint", "true"]) == 0
+    state = json.loads((out / "checkpoint-3" / "trainer_state.json").read_text())
+    assert state["global_step"] == 3
+    # resumed at step 2: a fresh start would have written checkpoint-1 again
+    assert (out / "checkpoint-1" / "trainer_state.json").stat().st_mtime_ns == first
