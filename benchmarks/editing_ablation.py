@@ -7,6 +7,11 @@ remask steps per block, as `dllm-edit bench --remask`) — and reports exact mat
 forward, the share of functions that parse, and what editing did to the model's own drafts
 (`verify_confidence.draft_fates`: wrong drafts rewritten / repaired, right drafts broken).
 
+`--bounds` adds two rows that bound what editing can repair: the Q preset, and one forward per
+block (`steps=1`, editing off: every position of a block drafted at once from independent
+marginals). Editing repairs the errors of parallel drafting; if one forward per block is about as
+right as Q, the model's errors are not parallel-drafting errors, and editing has little to repair.
+
     dllm-edit sft --config examples/recipes/default_model_on_policy.yaml --output_dir runs/default-model-v5
     dllm-edit sft --config examples/recipes/default_model_no_on_policy.yaml
     python benchmarks/editing_ablation.py --model "random only=runs/default-model-no-on-policy" \\
@@ -28,21 +33,31 @@ from dllm_edit.strategies import LowConfidenceRemask
 BLOCK = 32
 
 
-def settings() -> dict[str, dllm_edit.EditGenerationConfig]:
-    """name -> config for 16 new tokens (the synthetic answers); code decodes the same with 128."""
+def settings(bounds: bool = False) -> dict[str, dllm_edit.EditGenerationConfig]:
+    """name -> config for 16 new tokens (the synthetic answers); code decodes the same with 128.
+
+    `bounds` adds the Q preset and one forward per block (`steps=1`, editing off).
+    """
     speedy = dllm_edit.EditGenerationConfig.from_mode("speedy", max_new_tokens=16, block_length=BLOCK)
     remask = LowConfidenceRemask(threshold=0.3, max_steps=8)
-    return {
+    rows = {
         "S": speedy,
         "S, editing off": speedy.replace(editing_threshold=None),
         "S + remasking": speedy.replace(strategies=[*speedy.build_strategies(), remask]),
     }
+    if bounds:
+        quality = dllm_edit.EditGenerationConfig.from_mode("quality", max_new_tokens=16, block_length=BLOCK)
+        rows["Q"] = quality
+        rows["one forward per block"] = quality.replace(steps=1, editing_threshold=None)
+    return rows
 
 
 @torch.no_grad()
-def evaluate(model, tokenizer, synthetic: list[dict], code: list[dict]) -> list[tuple[str, ...]]:
+def evaluate(
+    model, tokenizer, synthetic: list[dict], code: list[dict], bounds: bool = False
+) -> list[tuple[str, ...]]:
     rows = []
-    for name, config in settings().items():
+    for name, config in settings(bounds).items():
         texts, tpf, _ = decode_prompts(model, tokenizer, [r["prompt"] for r in synthetic], config, 32)
         parses, code_tpf_text = "—", "—"  # no functions asked for (--code 0)
         if code:
@@ -75,6 +90,11 @@ def main() -> None:
     )
     parser.add_argument("--synthetic", type=int, default=200, help="held-out synthetic prompts")
     parser.add_argument("--code", type=int, default=50, help="held-out functions (0: none)")
+    parser.add_argument(
+        "--bounds",
+        action="store_true",
+        help="add the Q preset and one forward per block (steps=1, editing off): what editing can repair",
+    )
     args = parser.parse_args()
     if args.synthetic < 1:
         parser.error(f"--synthetic must be >= 1 (the drafts are followed on them), got {args.synthetic}")
@@ -112,7 +132,7 @@ def main() -> None:
     for name, path in models:
         model, tokenizer = load_model_and_tokenizer(path)
         model.eval()
-        for row in evaluate(model, tokenizer, synthetic, code):
+        for row in evaluate(model, tokenizer, synthetic, code, args.bounds):
             print(f"| {name} | " + " | ".join(row) + " |", flush=True)
 
 

@@ -169,3 +169,20 @@ def test_editing_ablation_without_functions(monkeypatch, capsys):
     runpy.run_path(str(script), run_name="__main__")
     rows = [line.split("|") for line in capsys.readouterr().out.splitlines() if line.startswith("| shipped")]
     assert len(rows) == 3 and all(r[5].strip() == r[6].strip() == "—" for r in rows)
+
+
+def test_editing_ablation_bounds(monkeypatch, capsys):
+    """`--bounds` adds Q and one forward per block; one forward writes a block per forward, never edits."""
+    import runpy
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "editing_ablation.py"
+    monkeypatch.syspath_prepend(str(script.parent))
+    argv = ["editing_ablation.py", "--model", f"shipped={dllm_edit.DEFAULT_MODEL_DIR}", "--bounds"]
+    monkeypatch.setattr("sys.argv", [*argv, "--synthetic", "2", "--code", "0"])
+    runpy.run_path(str(script), run_name="__main__")
+    rows = [line.split("|") for line in capsys.readouterr().out.splitlines() if line.startswith("| shipped")]
+    assert [r[2].strip() for r in rows][3:] == ["Q", "one forward per block"]
+    one_forward = rows[4]
+    assert one_forward[7].strip() in ("0.0", "nan")  # editing off: no draft is rewritten
+    # every completion token of a block comes from its first forward (the answers fit one block)
+    assert float(one_forward[4]) >= float(rows[3][4])
