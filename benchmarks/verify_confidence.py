@@ -15,6 +15,12 @@ masks remained or in a verification forward), and whether the final token is the
 "Rewritten" over the wrong drafts is the share of its own mistakes the model revisits; "repaired"
 the share it fixes; "broken" the share of right drafts an edit made wrong.
 
+The third table asks whether the model reads the rest of the answer at all (`context_use`): on the
+reference answers, teacher-forced, how often its argmax is right at an answer position with nothing
+of the answer revealed (what a one-forward parallel draft sees), with half of it revealed, and with
+all of it but that position revealed (the best case of a T2T rewrite: every other token right). A
+model whose accuracy barely rises with the revealed answer has little that editing can use.
+
     python benchmarks/verify_confidence.py --model runs/default-model-v4
     python benchmarks/verify_confidence.py --model runs/default-model --families sort --prompts 40
 """
@@ -141,6 +147,46 @@ def masked_alone(model, traced: TracedRow, tokenizer) -> list[tuple[bool, bool]]
     return out
 
 
+CONTEXT_VIEWS = ("nothing", "half", "all but the position")
+
+
+@torch.no_grad()
+def context_use(
+    model, tokenizer, rows: list[dict], generator: torch.Generator
+) -> dict[str, tuple[int, float]]:
+    """view -> (answer positions scored, % where the argmax is the reference token), teacher-forced.
+
+    Each row is laid out as in training and decoding: prompt, reference completion, EOS to the end of
+    its block; only the completion's own tokens are scored (not the EOS tail). Views (`CONTEXT_VIEWS`):
+    the whole completion and tail masked; each completion position masked with probability 1/2 (the
+    scored ones; `generator` draws them); each completion position masked alone.
+    """
+    from dllm_edit.trainers import DiffusionForward
+
+    forward = DiffusionForward(model, "block_diffusion", BLOCK)
+    hits: dict[str, list[bool]] = {view: [] for view in CONTEXT_VIEWS}
+    for row in rows:
+        prompt = tokenizer(row["prompt"])["input_ids"]
+        answer = tokenizer(row["completion"])["input_ids"]
+        width = -(-(len(prompt) + len(answer) + 1) // BLOCK) * BLOCK
+        clean = torch.tensor(
+            [prompt + answer + [tokenizer.eos_token_id] * (width - len(prompt) - len(answer))]
+        )
+        valid = torch.ones_like(clean, dtype=torch.bool)  # [1, width]
+        span = torch.arange(len(prompt), len(prompt) + len(answer))  # the completion's positions
+        half = span[torch.rand(len(answer), generator=generator) < 0.5]
+        views = {"nothing": [torch.arange(len(prompt), width)], "half": [half] if len(half) else []}
+        views["all but the position"] = [span[k : k + 1] for k in range(len(answer))]
+        for view, masks in views.items():
+            for masked in masks:
+                noisy = clean.clone()
+                noisy[0, masked] = tokenizer.mask_token_id
+                guess = forward(noisy, clean, valid)[0].argmax(-1)  # [width]
+                scored = masked[masked < len(prompt) + len(answer)]
+                hits[view].extend((guess[scored] == clean[0, scored]).tolist())
+    return {view: (len(h), 100 * statistics.fmean(h) if h else float("nan")) for view, h in hits.items()}
+
+
 def fate_table(fates: list[tuple[bool, bool, bool]]) -> dict[str, float]:
     """Counts and shares (%) of `draft_fates` rows: wrong drafts rewritten / repaired, right drafts broken."""
     wrong = [(rewritten, final) for right, rewritten, final in fates if not right]
@@ -226,6 +272,12 @@ def main() -> None:
             f"model's argmax is the reference token at {knows:.1f}% and differs from its own token at "
             f"{differs:.1f}% (a T2T proposal that followed the masked view would rewrite those)."
         )
+    use = context_use(model, tokenizer, rows, torch.Generator().manual_seed(0))
+    print("\nDoes the model read the rest of the answer? Reference answers, teacher-forced\n")
+    print("| answer revealed | positions scored | argmax right (%) |")
+    print("|---|---:|---:|")
+    for view, (count, right) in use.items():
+        print(f"| {view} | {count} | {right:.1f} |")
 
 
 if __name__ == "__main__":

@@ -142,6 +142,26 @@ def test_verify_confidence_scores_every_completion_position(monkeypatch, capsys)
     runpy.run_path(str(script), run_name="__main__")
     out = capsys.readouterr().out
     assert "| wrong |" in out and "| right |" in out and "rewritten (%)" in out
+    assert "| all but the position |" in out
+
+
+def test_context_use_scores_the_answer_tokens_only():
+    """`context_use`: the answer's own positions are scored (never the EOS tail), each view apart."""
+    import runpy
+
+    import torch
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "verify_confidence.py"
+    namespace = runpy.run_path(str(script))
+    model, tokenizer = dllm_edit.load_default()
+    rows = [{"prompt": "sort:9431=", "completion": "1349"}, {"prompt": "close:([", "completion": "])"}]
+    use = namespace["context_use"](model, tokenizer, rows, torch.Generator().manual_seed(0))
+    assert list(use) == list(namespace["CONTEXT_VIEWS"])
+    assert use["nothing"][0] == use["all but the position"][0] == 4 + 2  # digits and brackets, no EOS
+    assert 0 <= use["half"][0] <= 6
+    assert all(0.0 <= right <= 100.0 for count, right in use.values() if count)
+    again = namespace["context_use"](model, tokenizer, rows, torch.Generator().manual_seed(0))
+    assert again == use  # the half view is drawn from the generator alone
 
 
 def test_editing_ablation_table(monkeypatch, capsys):
