@@ -4,8 +4,9 @@ Decodes the held-out synthetic prompts and functions of the built-in mix (`dllm_
 test split) with each checkpoint under three settings — the S preset, the S preset with editing off
 (`editing_threshold=None`, same τ_mask), and the S preset plus `LowConfidenceRemask(0.3)` (at most 8
 remask steps per block, as `dllm-edit bench --remask`) — and reports exact match, tokens per
-forward, the share of functions that parse, and what editing did to the model's own drafts
-(`verify_confidence.draft_fates`: wrong drafts rewritten / repaired, right drafts broken).
+forward, the share of functions that parse, what editing did to the model's own drafts
+(`verify_confidence.draft_fates`: wrong drafts rewritten / repaired, right drafts broken), and the
+exact match of each synthetic family.
 
 `--bounds` adds two rows that bound what editing can repair: the Q preset, and one forward per
 block (`steps=1`, editing off: every position of a block drafted at once from independent
@@ -52,6 +53,14 @@ def settings(bounds: bool = False) -> dict[str, dllm_edit.EditGenerationConfig]:
     return rows
 
 
+def group_by_family(texts: list[str], rows: list[dict]) -> dict[str, list[tuple[str, dict]]]:
+    """family -> [(decoded text, row)], families in sorted order."""
+    groups: dict[str, list[tuple[str, dict]]] = {}
+    for text, row in zip(texts, rows, strict=True):
+        groups.setdefault(row["family"], []).append((text, row))
+    return dict(sorted(groups.items()))
+
+
 @torch.no_grad()
 def evaluate(
     model, tokenizer, synthetic: list[dict], code: list[dict], bounds: bool = False
@@ -66,6 +75,10 @@ def evaluate(
                 model, tokenizer, [r["prompt"] for r in code], code_config, 16
             )
             parses, code_tpf_text = f"{parse_rate(code_texts, code):.1f}", f"{code_tpf:.2f}"
+        by_family = " · ".join(
+            f"{family} {exact_match([t for t, r in pairs], [r for t, r in pairs]):.0f}"
+            for family, pairs in group_by_family(texts, synthetic).items()
+        )
         fates = [f for r in synthetic for f in draft_fates(decode_traced(model, tokenizer, r, config))]
         edits = fate_table(fates)
         rows.append(
@@ -78,6 +91,7 @@ def evaluate(
                 f"{edits['rewritten']:.1f}",
                 f"{edits['repaired']:.1f}",
                 f"{edits['broken']:.1f}",
+                by_family,
             )
         )
     return rows
@@ -122,6 +136,7 @@ def main() -> None:
         "wrong drafts rewritten (%)",
         "repaired (%)",
         "right drafts broken (%)",
+        "exact match by family (%)",
     ]
     print(
         f"{len(synthetic)} held-out synthetic prompts (drafts followed in each setting's own decode), "

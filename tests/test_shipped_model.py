@@ -176,6 +176,10 @@ def test_editing_ablation_table(monkeypatch, capsys):
     rows = [line.split("|") for line in capsys.readouterr().out.splitlines() if line.startswith("| shipped")]
     assert [r[2].strip() for r in rows] == ["S", "S, editing off", "S + remasking"]
     assert rows[1][7].strip() in ("0.0", "nan")  # no edit can rewrite a draft with editing off
+    # 3 prompts, families interleaved in the test split: one of each, each 0 or 100
+    families = [part.split() for part in rows[0][10].split("·")]
+    assert [f for f, _ in families] == ["brackets", "reverse_digits", "sort"]
+    assert all(score in ("0", "100") for _, score in families)
 
 
 def test_editing_ablation_without_functions(monkeypatch, capsys):
