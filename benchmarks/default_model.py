@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
-from verify_confidence import decode_traced, draft_fates, fate_table
+from verify_confidence import decode_traced_batch, draft_fates, fate_table
 
 import dllm_edit
 from dllm_edit.data.builtin import builtin_rows
@@ -119,7 +119,7 @@ def main() -> None:
     bound = elbo_nats_per_token(model, tokenizer, code)
     print(f"held-out code ELBO bound: {bound:.3f} nats/token")
     speedy = dllm_edit.EditGenerationConfig.from_mode("speedy", max_new_tokens=16, block_length=BLOCK)
-    fates = [f for r in synthetic for f in draft_fates(decode_traced(model, tokenizer, r, speedy))]
+    fates = [f for t in decode_traced_batch(model, tokenizer, synthetic, speedy, 16) for f in draft_fates(t)]
     edits = fate_table(fates)
     editing = (
         f"Of its {edits['wrong_drafts']} wrong drafts on the synthetic prompts (S preset) the model "

@@ -30,7 +30,7 @@ import warnings
 
 from datasets import Dataset
 from edit_sft import FAMILIES, build_model, evaluate
-from verify_confidence import decode_traced, draft_fates, fate_table
+from verify_confidence import decode_traced_batch, draft_fates, fate_table
 
 import dllm_edit
 from dllm_edit.data import build_char_tokenizer, synthetic_mixture
@@ -83,7 +83,7 @@ def train(steps: int, fields: dict, seed: int, args: argparse.Namespace, tokeniz
 def rewrite_share(model, tokenizer, test: list[dict], block_length: int) -> float:
     """% of the model's own wrong drafts that a later edit rewrites (S preset, whole decode)."""
     config = dllm_edit.EditGenerationConfig.from_mode("speedy", max_new_tokens=16, block_length=block_length)
-    fates = [f for row in test for f in draft_fates(decode_traced(model, tokenizer, row, config))]
+    fates = [f for t in decode_traced_batch(model, tokenizer, test, config, 32) for f in draft_fates(t)]
     return fate_table(fates)["rewritten"]
 
 

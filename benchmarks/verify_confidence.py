@@ -43,44 +43,89 @@ BLOCK = 32
 
 @dataclass(frozen=True)
 class TracedRow:
-    """One prompt decoded alone with its trace."""
+    """One prompt's decode with its trace: row `row` of a (left-padded) batch.
 
-    out: Any  # EditGenerationOutput with `trace`
-    prompt_length: int
+    Trace steps index the shared canvas, where each row is laid out as it would be alone, shifted by
+    whole blocks (`dllm_edit.layout`); `start` is the canvas slot of the row's first completion
+    token, `width` the padded prompt width that `out.completions` takes.
+    """
+
+    out: Any  # EditGenerationOutput with `trace`, shared by the rows of one batch
+    start: int  # canvas slot of completion token 0 in the trace
+    width: int  # the padded width W of the batch's input_ids
     target: list[int]  # the reference completion's ids, then EOS
+    row: int = 0
 
 
-@torch.no_grad()
 def decode_traced(model, tokenizer, row: dict, config) -> TracedRow:
-    ids = tokenizer(row["prompt"], return_tensors="pt")["input_ids"]  # [1, P]
-    out = generate(
-        model,
-        ids,
-        generation_config=config,
-        tokenizer=tokenizer,
-        return_dict_in_generate=True,
-        output_trace=True,
-    )
-    target = tokenizer(row["completion"])["input_ids"] + [tokenizer.eos_token_id]
-    return TracedRow(out=out, prompt_length=ids.shape[1], target=target)
+    """Decode one prompt alone with `output_trace=True`."""
+    return decode_traced_batch(model, tokenizer, [row], config, batch=1)[0]
+
+
+def decode_traced_batch(model, tokenizer, rows: list[dict], config, batch: int) -> list[TracedRow]:
+    """Decode `rows` in left-padded batches of `batch` with `output_trace=True`, one `TracedRow` each.
+
+    The same decode as `dllm_edit.evaluation.decode_prompts` (same padding and batches), so its
+    texts and tokens per forward (`completion_text`, `out.tokens_per_forward`) and the drafts
+    followed through its trace describe one run.
+    """
+    from dllm_edit.adapters import resolve_adapter
+    from dllm_edit.layout import build_canvas
+
+    block_start = resolve_adapter(model, None).resolve_block_start(config.block_start)
+    traced = []
+    for i in range(0, len(rows), batch):
+        chunk = rows[i : i + batch]
+        enc = tokenizer([r["prompt"] for r in chunk], return_tensors="pt", padding=True, padding_side="left")
+        out = generate(
+            model,
+            enc["input_ids"],
+            attention_mask=enc["attention_mask"],
+            generation_config=config,
+            tokenizer=tokenizer,
+            return_dict_in_generate=True,
+            output_trace=True,
+        )
+        layout, _ = build_canvas(
+            enc["input_ids"],
+            enc["attention_mask"],
+            config.block_length,
+            config.max_new_tokens,
+            tokenizer.mask_token_id,
+            tokenizer.pad_token_id,
+            block_start,
+        )
+        starts = layout.output_index[:, 0].tolist()  # [B] canvas slot of each completion's first token
+        for k, r in enumerate(chunk):
+            target = tokenizer(r["completion"])["input_ids"] + [tokenizer.eos_token_id]
+            traced.append(
+                TracedRow(out=out, start=starts[k], width=enc["input_ids"].shape[1], target=target, row=k)
+            )
+    return traced
+
+
+def completion_text(traced: TracedRow, tokenizer) -> str:
+    """The decoded completion of one traced row, up to its EOS (as `decode_prompts` returns it)."""
+    completion = traced.out.completions(traced.width)[traced.row]
+    return tokenizer.decode(completion, skip_special_tokens=True)
 
 
 def verify_step_scores(traced: TracedRow) -> list[tuple[bool, float, bool]]:
     """(draft right at this position, candidate probability, candidate = current token) per position,
     at the last verification step (no mask left) of the first block."""
-    out, target = traced.out, traced.target
-    verify = [step for step in out.trace if bool(step.active[0]) and not bool(step.masked[0].any())]
+    out, target, b = traced.out, traced.target, traced.row
+    verify = [step for step in out.trace if bool(step.active[b]) and not bool(step.masked[b].any())]
     if not verify:
         return []
     last = [step for step in verify if step.block == verify[0].block][-1]  # the first block's last verify
     scores = []
     for k, wanted in enumerate(target):
-        slot = traced.prompt_length + k - last.span_start  # position in the step's span
+        slot = traced.start + k - last.span_start  # position in the step's span
         if not 0 <= slot < last.before.shape[1]:
             continue
-        written = int(last.before[0, slot])
-        kept = not bool(last.edit[0, slot])
-        scores.append((written == wanted, float(last.probs[0, slot]), kept))
+        written = int(last.before[b, slot])
+        kept = not bool(last.edit[b, slot])
+        scores.append((written == wanted, float(last.probs[b, slot]), kept))
     return scores
 
 
@@ -94,10 +139,11 @@ def draft_fates(traced: TracedRow) -> list[tuple[bool, bool, bool]]:
     draft: dict[int, int] = {}  # canvas slot -> first written token
     rewritten: set[int] = set()
     final: dict[int, int] = {}
+    b = traced.row
     for step in traced.out.trace:
-        if not bool(step.active[0]):
+        if not bool(step.active[b]):
             continue
-        commit, edit, after = step.commit[0].tolist(), step.edit[0].tolist(), step.after[0].tolist()
+        commit, edit, after = step.commit[b].tolist(), step.edit[b].tolist(), step.after[b].tolist()
         for j, token in enumerate(after):
             slot = step.span_start + j
             if commit[j] and slot not in draft:
@@ -108,7 +154,7 @@ def draft_fates(traced: TracedRow) -> list[tuple[bool, bool, bool]]:
                 final[slot] = token
     fates = []
     for k, wanted in enumerate(traced.target):
-        slot = traced.prompt_length + k
+        slot = traced.start + k
         if slot in draft:
             fates.append((draft[slot] == wanted, slot in rewritten, final[slot] == wanted))
     return fates
@@ -124,7 +170,9 @@ def masked_alone(model, traced: TracedRow, tokenizer) -> list[tuple[bool, bool]]
     """
     from dllm_edit.trainers import DiffusionForward
 
-    prompt_length, target = traced.prompt_length, traced.target
+    if traced.out.sequences.shape[0] != 1:
+        raise ValueError("masked_alone re-runs the row unpadded: decode it alone (decode_traced)")
+    prompt_length, target = traced.width, traced.target  # a row decoded alone: no padding
     sequence = traced.out.sequences[0]  # [W + G]
     width = -(-(prompt_length + len(target)) // BLOCK) * BLOCK
     clean = torch.full((1, width), tokenizer.eos_token_id)  # [1, width]: EOS to the block end, as decoded

@@ -136,7 +136,7 @@ def test_verify_confidence_scores_every_completion_position(monkeypatch, capsys)
     assert all(0.0 <= prob <= 1.0 for _, prob, _ in scores)
     fates = namespace["draft_fates"](traced)
     assert len(fates) == 5  # every reference position is drafted once
-    final = traced.out.sequences[0, traced.prompt_length : traced.prompt_length + 5].tolist()
+    final = traced.out.sequences[0, traced.width : traced.width + 5].tolist()
     assert [f for _, _, f in fates] == [a == b for a, b in zip(final, traced.target, strict=True)]
     monkeypatch.setattr("sys.argv", ["verify_confidence.py", "--prompts", "2", "--families", "sort"])
     runpy.run_path(str(script), run_name="__main__")
@@ -162,6 +162,34 @@ def test_context_use_scores_the_answer_tokens_only():
     assert all(0.0 <= right <= 100.0 for count, right in use.values() if count)
     again = namespace["context_use"](model, tokenizer, rows, torch.Generator().manual_seed(0))
     assert again == use  # the half view is drawn from the generator alone
+
+
+def test_traced_batches_follow_each_row_as_if_decoded_alone():
+    """`decode_traced_batch`: left padding and block shifts do not move a row's drafts or texts."""
+    import runpy
+
+    from dllm_edit.evaluation import decode_prompts
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "verify_confidence.py"
+    namespace = runpy.run_path(str(script))
+    model, tokenizer = dllm_edit.load_default()
+    config = dllm_edit.EditGenerationConfig.from_mode("speedy", max_new_tokens=16, block_length=32)
+    digits = "8273645190" * 4  # a prompt longer than one block: its row is shifted by whole blocks
+    rows = [
+        {"prompt": "sort:9431=", "completion": "1349"},
+        {"prompt": f"sort:{digits}=", "completion": "".join(sorted(digits))},
+        {"prompt": "close:([", "completion": "])"},
+    ]
+    assert len({len(tokenizer(r["prompt"])["input_ids"]) for r in rows}) == 3  # padding differs per row
+    batched = namespace["decode_traced_batch"](model, tokenizer, rows, config, batch=3)
+    alone = [namespace["decode_traced"](model, tokenizer, row, config) for row in rows]
+    assert [t.width for t in batched] == [batched[0].width] * 3 and batched[1].start > 32
+    for b, a in zip(batched, alone, strict=True):
+        assert namespace["draft_fates"](b) == namespace["draft_fates"](a)
+        assert namespace["verify_step_scores"](b) == namespace["verify_step_scores"](a)
+        assert namespace["completion_text"](b, tokenizer) == namespace["completion_text"](a, tokenizer)
+    texts, _, _ = decode_prompts(model, tokenizer, [r["prompt"] for r in rows], config, 3)
+    assert texts == [namespace["completion_text"](t, tokenizer) for t in batched]
 
 
 def test_editing_ablation_table(monkeypatch, capsys):
