@@ -220,6 +220,15 @@ def test_detection_by_masked_lm_class_name():
     assert detect_adapter(MyTinyForMaskedLM(model_type="dream")) == "shifted"
 
 
+def test_a_declared_adapter_wins_over_detection_and_an_unknown_one_is_refused(llama_eager):
+    declared = SimpleNamespace(config=SimpleNamespace(model_type="llama", dllm_edit_adapter="shifted"))
+    assert detect_adapter(declared) == "shifted"
+    typo = SimpleNamespace(config=SimpleNamespace(model_type="llama", dllm_edit_adapter="shfited"))
+    with pytest.raises(ValueError, match=r"dllm_edit_adapter = 'shfited' names no adapter.*available"):
+        detect_adapter(typo)
+    assert detect_adapter(llama_eager) == "block_causal"  # nothing declared: detection as before
+
+
 def test_decoders_stay_block_causal(llama_eager, dream_qwen2):
     assert isinstance(resolve_adapter(llama_eager, None), BlockCausalAdapter)
     assert isinstance(resolve_adapter(dream_qwen2, None), ShiftedLogitsAdapter)

@@ -361,3 +361,45 @@ def test_objective_terms_and_weights():
         edit_objective(
             logits, noisy, clean, response, mask_token_id=0, mask_rate=rate, mask_loss_weighting="t"
         )
+
+
+def test_shifted_form_reads_the_decoding_adapters_logits():
+    """The training form and `ShiftedLogitsAdapter` give the same prediction for every answer position
+    of the same text: what the model is trained on is what decoding reads. Decoding left-pads the
+    canvas; training right-pads (each row from position 0), so the rows are compared shifted."""
+    from conftest import left_pad
+
+    from dllm_edit.adapters import ShiftedLogitsAdapter
+    from dllm_edit.layout import build_canvas
+
+    model = tiny_llama("sdpa", seed=6)
+    prompts = [[5, 6, 7], [9, 10, 11, 12, 13, 14, 15]]
+    ids, mask = left_pad(prompts)
+    layout, canvas = build_canvas(ids, mask, 4, 8, MASK, 0)  # [B, T]
+    gen = torch.Generator().manual_seed(2)
+    written = torch.randint(3, VOCAB - 2, canvas.shape, generator=gen)
+    canvas = torch.where((canvas == MASK) & (torch.rand(canvas.shape, generator=gen) < 0.5), written, canvas)
+    last = layout.num_blocks - 1
+    session = ShiftedLogitsAdapter().open(model, layout, use_cache=False)
+    forward = DiffusionForward(model, "shifted", block_length=4)
+    width = canvas.shape[1]
+    with torch.no_grad():
+        decoding = session.logits(canvas, last, last)  # [B, T, V], one row per canvas slot
+        for row, prompt in enumerate(prompts):
+            first = int(layout.offsets[row])  # the row's own position 0
+            text = canvas[row, first:]  # prompt, then the answer (written or masked)
+            noisy = torch.nn.functional.pad(text, (0, first))[None]  # [1, T] right-padded
+            valid = (torch.arange(width) < width - first)[None]  # [1, T]
+            training = forward(noisy, noisy, valid)[0, : width - first]  # [T - first, V]
+            answer = slice(len(prompt), width - first)
+            torch.testing.assert_close(training[answer], decoding[row, first:][answer], atol=1e-4, rtol=1e-4)
+
+
+def test_shifted_form_supervises_each_position_with_the_previous_output():
+    model = tiny_llama("sdpa", seed=7)
+    ids, _, valid = _batch([7, 5], [2, 2], 7)
+    with torch.no_grad():
+        plain = DiffusionForward(model, "bidirectional", block_length=4)(ids, ids, valid)
+        shifted = DiffusionForward(model, "shifted", block_length=4)(ids, ids, valid)
+    torch.testing.assert_close(shifted[:, 1:], plain[:, :-1])
+    torch.testing.assert_close(shifted[:, 0], plain[:, 0])  # position 0 reads its own output

@@ -124,6 +124,27 @@ def test_multi_turn_forward_and_bidirectional_form(tmp_path):
     assert trainer.evaluate()["eval_loss"] < first
 
 
+def test_shifted_form_trains_and_checkpoints_decode_shifted(tmp_path):
+    """A Llama trained in the shifted form records the adapter it was trained for, so its checkpoint
+    decodes shifted without being told; the block-diffusion form leaves a Llama's config alone."""
+    from transformers import AutoModelForCausalLM
+
+    from dllm_edit.adapters import ShiftedLogitsAdapter, detect_adapter, resolve_adapter
+
+    trainer = trainer_for(tmp_path, max_steps=10, diffusion_attention="shifted", on_policy_rate=0.5)
+    assert trainer.model.config.dllm_edit_adapter == "shifted"
+    first = trainer.evaluate()["eval_loss"]
+    trainer.train()
+    assert trainer.evaluate()["eval_loss"] < first
+    trainer.save_model(str(tmp_path / "final"))
+    reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "final")
+    assert isinstance(resolve_adapter(reloaded, None), ShiftedLogitsAdapter)
+    plain = trainer_for(tmp_path / "plain", max_steps=1)
+    assert plain.attention_form == "block_diffusion"
+    assert getattr(plain.model.config, "dllm_edit_adapter", None) is None
+    assert detect_adapter(plain.model) == "block_causal"
+
+
 def test_conversational_and_messages_formats_noise_only_the_answer(tmp_path):
     rows = reversal_rows(16)
     messages = [
@@ -290,8 +311,9 @@ def test_moe_router_loss_is_added_with_its_coefficient(tmp_path):
         dict(mtf_turns=2),
         dict(on_policy_rate=0.5, diffusion_attention="bidirectional"),
         dict(router_aux_loss_coef=0.5, diffusion_attention="block_diffusion"),
+        dict(diffusion_attention="shifted"),
     ],
-    ids=["mtf", "on_policy", "moe_router"],
+    ids=["mtf", "on_policy", "moe_router", "shifted"],
 )
 def test_fused_lm_head_gives_the_logits_path_loss_and_gradients(tmp_path, options):
     def loss_and_grads(fused):

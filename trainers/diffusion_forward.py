@@ -1,6 +1,6 @@
 """One training forward of a diffusion LM on a corrupted batch: logits at the noisy positions.
 
-Three forms, picked from the model's decoding adapter (or named explicitly):
+Four forms, picked from the model's decoding adapter (or named explicitly):
 
 - `"block_diffusion"` (block-causal models such as LLaDA2.x): the vectorised block-diffusion form.
   The input is the clean copy `x_0` followed by the noisy copy `x_t` (`[x_0 ⊕ x_t]`, length `2T`),
@@ -15,7 +15,15 @@ Three forms, picked from the model's decoding adapter (or named explicitly):
   it sees at inference with a cache of finished blocks; all blocks train in one forward. (The clean
   copy goes first so that `logits_to_keep` returns only the noisy half.)
 - `"bidirectional"`: full attention over `x_t` (LLaDA-style models), 4-D mask hiding padding.
+- `"shifted"` (Dream-style models, and autoregressive checkpoints converted to diffusion that keep
+  their next-token head): the bidirectional form, read one position to the left: the prediction for
+  position `j` is the model's output at `j - 1`, and a row's first valid position reads its own
+  output (the rule of the decoding adapter `dllm_edit.adapters.ShiftedLogitsAdapter`).
 - `"masked_lm"`: `x_t` with a 2-D padding mask (BERT-family masked LMs).
+
+A model trained in a form whose decoding adapter is not the one detected for it (a Llama trained
+`"bidirectional"` or `"shifted"`) gets `config.dllm_edit_adapter` set by `declare_decoding_adapter`,
+so its checkpoints decode with the adapter that matches their training.
 
 Padding keys are always hidden; a padding query attends to itself only, so no softmax row is empty
 (`dllm_edit.adapters.attention.with_padding_rule`, the rule the decoding adapters apply too).
@@ -37,20 +45,28 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as F
 
-from dllm_edit.adapters import detect_adapter
+from dllm_edit.adapters import DECLARED_ADAPTER_ATTRIBUTE, detect_adapter
 from dllm_edit.adapters.attention import backend_mask, with_padding_rule
 from dllm_edit.adapters.base import attn_implementation, forward_kwargs, model_dtype, output_logits
 
 from .hidden_states import HiddenStates
 
-AttentionForm = Literal["block_diffusion", "bidirectional", "masked_lm"]
-ATTENTION_FORMS: tuple[str, ...] = ("block_diffusion", "bidirectional", "masked_lm")
+AttentionForm = Literal["block_diffusion", "bidirectional", "shifted", "masked_lm"]
+ATTENTION_FORMS: tuple[str, ...] = ("block_diffusion", "bidirectional", "shifted", "masked_lm")
 
 # Decoding adapters (`dllm_edit.adapters`) and the training form that matches each.
 _FORM_OF_ADAPTER = {
     "block_causal": "block_diffusion",
     "bidirectional": "bidirectional",
     "bidirectional_approx_cache": "bidirectional",
+    "shifted": "shifted",
+    "masked_lm": "masked_lm",
+}
+# Each training form and the decoding adapter that runs a model trained in it.
+ADAPTER_OF_FORM = {
+    "block_diffusion": "block_causal",
+    "bidirectional": "bidirectional",
+    "shifted": "shifted",
     "masked_lm": "masked_lm",
 }
 
@@ -99,8 +115,8 @@ def resolve_attention_form(model: Any, requested: str) -> AttentionForm:
     """`requested` itself, or for `"auto"` the form matching the model's decoding adapter.
 
     Raises:
-        ValueError: unknown form, or `"auto"` on a model whose adapter has no training form (Dream-style
-            shifted models).
+        ValueError: unknown form, or `"auto"` on a model whose adapter has no training form (a
+            third-party adapter).
     """
     if requested in ATTENTION_FORMS:
         return requested  # type: ignore[return-value]
@@ -117,6 +133,38 @@ def resolve_attention_form(model: Any, requested: str) -> AttentionForm:
     return _FORM_OF_ADAPTER[adapter]  # type: ignore[return-value]
 
 
+def declare_decoding_adapter(model: Any, form: str) -> str | None:
+    """Record in `model.config.dllm_edit_adapter` the decoding adapter of training form `form`, when
+    auto-detection would pick another built-in one (a Llama trained `"shifted"` would otherwise decode
+    block-causally). Saved checkpoints then decode the way they were trained.
+
+    A model whose detected adapter is a third-party one is left alone (its plugin knows its form).
+
+    Args:
+        model: the model being trained (DDP / PEFT wrappers are looked through).
+        form: one of `ATTENTION_FORMS`.
+
+    Returns:
+        The adapter name written, or None when nothing needed writing.
+
+    Examples:
+        >>> from transformers import LlamaConfig, LlamaForCausalLM
+        >>> model = LlamaForCausalLM(LlamaConfig(vocab_size=16, hidden_size=16, intermediate_size=32,
+        ...     num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1))
+        >>> declare_decoding_adapter(model, "shifted"), model.config.dllm_edit_adapter
+        ('shifted', 'shifted')
+        >>> declare_decoding_adapter(model, "shifted") is None  # already decodes that way
+        True
+    """
+    inner = unwrap(model)
+    detected = detect_adapter(inner)
+    wanted = ADAPTER_OF_FORM[form]
+    if detected not in _FORM_OF_ADAPTER or _FORM_OF_ADAPTER[detected] == form:
+        return None
+    setattr(inner.config, DECLARED_ADAPTER_ATTRIBUTE, wanted)
+    return wanted
+
+
 def unwrap(model: Any) -> Any:
     """The transformers model inside DDP / PEFT wrappers (for reading its config and signature)."""
     while hasattr(model, "module") and isinstance(model.module, torch.nn.Module):
@@ -130,7 +178,7 @@ class DiffusionForward:
 
     Args:
         model: a transformers model (possibly PEFT- or DDP-wrapped) with a language-modelling head.
-        form: `"block_diffusion"`, `"bidirectional"` or `"masked_lm"`.
+        form: `"block_diffusion"`, `"bidirectional"`, `"shifted"` or `"masked_lm"`.
         block_length: tokens per block (block diffusion).
         fused_lm_head: make `scores` return `HiddenStates` (final hidden states and the output
             projection) instead of logits (see the module docstring). Needs a model that takes
@@ -183,7 +231,8 @@ class DiffusionForward:
         if self.form == "block_diffusion" and self.pass_logits_to_keep:
             kwargs["logits_to_keep"] = length
         logits = output_logits(self.model, self.model(**kwargs))  # [B, T or 2T, V]
-        return logits[:, -length:]  # [B, T, V]
+        logits = logits[:, -length:]  # [B, T, V]
+        return shift_to_predictions(logits, valid) if self.form == "shifted" else logits
 
     def scores(
         self, noisy: torch.Tensor, clean: torch.Tensor, valid: torch.Tensor
@@ -222,7 +271,10 @@ class DiffusionForward:
                     "or logit scaling, or a head that transforms first); the fused loss would differ. Set "
                     "fused_lm_head=False."
                 )
-        return HiddenStates(hidden[:, -length:], weight, bias)  # hidden [B, T, H]
+        hidden = hidden[:, -length:]  # [B, T, H]
+        if self.form == "shifted":
+            hidden = shift_to_predictions(hidden, valid)
+        return HiddenStates(hidden, weight, bias)  # hidden [B, T, H]
 
     def _inputs(self, noisy: torch.Tensor, clean: torch.Tensor, valid: torch.Tensor) -> dict[str, Any]:
         """The model's keyword arguments for this form."""
@@ -232,7 +284,7 @@ class DiffusionForward:
         if self.form == "masked_lm":
             kwargs.update(input_ids=noisy, attention_mask=valid.long())
             return kwargs
-        if self.form == "bidirectional":
+        if self.form in ("bidirectional", "shifted"):
             allowed = bidirectional_allowed(valid)  # [B, T, T]
             kwargs.update(input_ids=noisy, attention_mask=backend_mask(allowed, self.attn, self.dtype))
             if self.pass_positions:
@@ -246,6 +298,32 @@ class DiffusionForward:
         if self.pass_positions:
             kwargs["position_ids"] = torch.cat([positions, positions], dim=1)  # [B, 2T]
         return kwargs
+
+
+def shift_to_predictions(outputs: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """A shifted model's outputs re-indexed by the position they predict: row `j` becomes the output
+    at `j - 1`; a row's first valid position keeps its own output (nothing precedes it), as
+    `dllm_edit.adapters.ShiftedLogitsAdapter` reads them at decoding.
+
+    Args:
+        outputs: `[B, T, D]`, logits or hidden states, one row per position.
+        valid: BoolTensor `[B, T]`, non-padding positions (left or right padding).
+
+    Returns:
+        `[B, T, D]`; padding positions read their own or a neighbour's row (never supervised).
+
+    Examples:
+        >>> import torch
+        >>> out = torch.arange(4.0).view(1, 4, 1)
+        >>> shift_to_predictions(out, torch.tensor([[False, True, True, True]]))[0, :, 0]
+        tensor([1., 1., 1., 2.])
+    """
+    length = outputs.shape[1]
+    positions = torch.arange(length, device=outputs.device)  # [T]
+    first = valid.long().argmax(dim=1, keepdim=True)  # [B, 1] each row's first valid position
+    source = torch.maximum(positions[None, :] - 1, first)  # [B, T]
+    index = source[:, :, None].expand(-1, -1, outputs.shape[-1])  # [B, T, D] (a view)
+    return outputs.gather(1, index)  # [B, T, D]
 
 
 def _fused_parts(

@@ -40,13 +40,14 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer
+from transformers.utils import logging
 
 import dllm_edit
 from dllm_edit.special_tokens import completion_lengths, resolve_special_tokens
 
 from .corruption import mix_seed
 from .decoding_config import SavesDecodingConfig, special_ids
-from .diffusion_forward import DiffusionForward, resolve_attention_form, unwrap
+from .diffusion_forward import DiffusionForward, declare_decoding_adapter, resolve_attention_form, unwrap
 from .distributed import gather_rows, global_mean_scale
 from .ebpo_config import EBPOConfig
 from .ebpo_loss import ebpo_surrogate
@@ -61,6 +62,8 @@ from .rewards import (
     reward_name,
 )
 from .sft_trainer import resolve_mask_token_id
+
+logger = logging.get_logger(__name__)
 
 
 @dataclass
@@ -218,6 +221,9 @@ class EBPOTrainer(SavesDecodingConfig, Trainer):
         self.block_length = int(self.rollout_config.block_length)
         self.group_size = int(args.num_generations or 1)
         self.attention_form = resolve_attention_form(model, args.diffusion_attention)
+        declared = declare_decoding_adapter(model, self.attention_form)  # checkpoints decode as trained
+        if declared is not None:
+            logger.info(f"Training form {self.attention_form!r}: config.dllm_edit_adapter = {declared!r}.")
         super().__init__(
             model=model,
             args=args,

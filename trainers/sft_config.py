@@ -78,8 +78,11 @@ class EditSFTConfig(SFTConfig):
             the model config's.
         block_length (int): tokens per block (default 32, as LLaDA2.x). Sequences are padded to a
             multiple of it.
-        diffusion_attention (str): `"block_diffusion"`, `"bidirectional"`, `"masked_lm"`, or
-            `"auto"` (default: from the model's decoding adapter, see `dllm_edit.adapters`).
+        diffusion_attention (str): `"block_diffusion"`, `"bidirectional"`, `"shifted"` (Dream-style
+            and converted autoregressive models: position `j` is predicted at `j - 1`),
+            `"masked_lm"`, or `"auto"` (default: from the model's decoding adapter, see
+            `dllm_edit.adapters`). A form whose adapter differs from the detected one is recorded in
+            `config.dllm_edit_adapter`, so checkpoints decode as trained.
         fused_lm_head (bool): compute the loss's log-likelihoods from the final hidden states and
             the output embedding, chunk by chunk over the vocabulary, instead of from `[B, T, V]`
             logits (default False). Same loss and gradients; at a 157k vocabulary it cuts the
@@ -111,7 +114,8 @@ class EditSFTConfig(SFTConfig):
         default="auto",
         metadata={
             "help": "Training attention: 'block_diffusion' (block-causal models, vectorised [x_0 ⊕ x_t]), "
-            "'bidirectional', 'masked_lm', or 'auto' (from the model's decoding adapter).",
+            "'bidirectional', 'shifted' (Dream-style: position j predicted at j - 1), 'masked_lm', or 'auto' "
+            "(from the model's decoding adapter).",
             "choices": ["auto", *ATTENTION_FORMS],
         },
     )

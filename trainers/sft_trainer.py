@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 from transformers import Trainer
+from transformers.utils import logging
 from trl import SFTTrainer
 
 from dllm_edit.config import EditGenerationConfig
@@ -24,7 +25,7 @@ from dllm_edit.special_tokens import find_token_id
 
 from .callbacks import DecodeEvalCallback
 from .decoding_config import SavesDecodingConfig, special_ids
-from .diffusion_forward import DiffusionForward, resolve_attention_form, unwrap
+from .diffusion_forward import DiffusionForward, declare_decoding_adapter, resolve_attention_form, unwrap
 from .eos_extension import extend_to_block_end
 from .example_noise import (
     EXAMPLE_INDEX,
@@ -41,6 +42,8 @@ from .on_policy import choose_rows, draft_masked
 from .router_loss import load_balancing_loss, moe_routing, record_router_logits, router_output_spec
 from .sft_config import EditSFTConfig
 from .sft_data import check_dataset_format, conversations_to_prompt_completion, needs_chat_template
+
+logger = logging.get_logger(__name__)
 
 _TERMS = ("drafting", "editing", "clean")
 
@@ -211,6 +214,9 @@ class EditSFTTrainer(SavesDecodingConfig, SFTTrainer):
                 "rows. Resize the embeddings (model.resize_token_embeddings(len(tokenizer))) or fix the id."
             )
         self.attention_form = resolve_attention_form(self.model, args.diffusion_attention)
+        declared = declare_decoding_adapter(self.model, self.attention_form)  # checkpoints decode as trained
+        if declared is not None:
+            logger.info(f"Training form {self.attention_form!r}: config.dllm_edit_adapter = {declared!r}.")
         # Saved checkpoints then decode with dllm_edit.generate without naming the mask token.
         generation_config = getattr(unwrap(self.model), "generation_config", None)
         if generation_config is not None and getattr(generation_config, "mask_token_id", None) is None:

@@ -3,6 +3,9 @@
 `resolve_adapter(model, adapter)` accepts a registered name, an adapter object, or None. None
 detects the adapter, in this order:
 
+0. `model.config.dllm_edit_adapter`, the name a checkpoint declares (the trainers write it when a
+   model is trained in a form its architecture would not be detected for, e.g. a Llama trained with
+   shifted logits; see `dllm_edit.trainers.diffusion_forward.declare_decoding_adapter`);
 1. `MODEL_TYPE_ADAPTERS[model.config.model_type]` (matched in lower case; adapters registered with
    `register_adapter` or through the `dllm_edit.adapters` entry-point group add their
    `model_types` here);
@@ -158,9 +161,28 @@ def get_adapter_class(name: str) -> type[ModelAdapter]:
     return _ADAPTERS[name]
 
 
+#: The model-config attribute through which a checkpoint names the adapter it decodes with.
+DECLARED_ADAPTER_ATTRIBUTE = "dllm_edit_adapter"
+
+
 def detect_adapter(model: Any) -> str:
-    """The adapter name auto-detection picks for `model` (see the module docstring for the order)."""
-    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    """The adapter name auto-detection picks for `model` (see the module docstring for the order).
+
+    Raises:
+        ValueError: the model's config declares (`dllm_edit_adapter`) an adapter that is not
+            registered and no entry point provides.
+    """
+    config = getattr(model, "config", None)
+    declared = getattr(config, DECLARED_ADAPTER_ATTRIBUTE, None)
+    if declared is not None:
+        if not isinstance(declared, str) or declared not in available_adapters():
+            raise ValueError(
+                f"model.config.{DECLARED_ADAPTER_ATTRIBUTE} = {declared!r} names no adapter; available: "
+                f"{available_adapters()}. Fix the checkpoint's config.json, install the plugin that "
+                "provides it, or pass `adapter=` explicitly."
+            )
+        return declared
+    model_type = getattr(config, "model_type", None)
     if isinstance(model_type, str) and model_type:
         keys = (model_type, model_type.lower())
         if not any(key in MODEL_TYPE_ADAPTERS for key in keys):
@@ -197,6 +219,7 @@ def resolve_adapter(model: Any, adapter: str | ModelAdapter | None) -> ModelAdap
 
 
 __all__ = [
+    "DECLARED_ADAPTER_ATTRIBUTE",
     "ENTRY_POINT_GROUP",
     "MODEL_TYPE_ADAPTERS",
     "ApproxCacheBidirectionalAdapter",
