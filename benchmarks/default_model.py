@@ -31,7 +31,7 @@ from verify_confidence import decode_traced_batch, draft_fates, fate_table
 import dllm_edit
 from dllm_edit.data.builtin import builtin_rows
 from dllm_edit.evaluation import decode_prompts, exact_match, parse_rate
-from dllm_edit.trainers import DiffusionForward, elbo_token_logps
+from dllm_edit.trainers import DiffusionForward, elbo_token_logps, resolve_attention_form
 
 PRESETS = {
     "Q": dict(mode="quality"),
@@ -54,7 +54,7 @@ def decode(model, tokenizer, prompts: list[str], preset: dict, max_new_tokens: i
 @torch.no_grad()
 def elbo_nats_per_token(model, tokenizer, rows: list[dict], timesteps: int = 8) -> float:
     """Masked-diffusion ELBO of the completions given their prompts, in nats per completion token."""
-    forward = DiffusionForward(model, "block_diffusion", BLOCK)
+    forward = DiffusionForward(model, resolve_attention_form(model, "auto"), BLOCK)  # as trained
     total, tokens = 0.0, 0
     for i in range(0, len(rows), 16):
         chunk = rows[i : i + 16]

@@ -160,6 +160,14 @@ def draft_fates(traced: TracedRow) -> list[tuple[bool, bool, bool]]:
     return fates
 
 
+def training_forward(model):
+    """The model's training-form forward (block diffusion, or the form its declared adapter names,
+    e.g. shifted): the teacher-forced views below read what decoding reads."""
+    from dllm_edit.trainers import DiffusionForward, resolve_attention_form
+
+    return DiffusionForward(model, resolve_attention_form(model, "auto"), BLOCK)
+
+
 @torch.no_grad()
 def masked_alone(model, traced: TracedRow, tokenizer) -> list[tuple[bool, bool]]:
     """The headroom of editing: at each wrong final token, what the model predicts with that position
@@ -168,8 +176,6 @@ def masked_alone(model, traced: TracedRow, tokenizer) -> list[tuple[bool, bool]]
     A model whose T2T proposal at a written position followed this masked view would rewrite the
     wrong tokens where the second is False; where the first is True the rewrite would repair.
     """
-    from dllm_edit.trainers import DiffusionForward
-
     if traced.out.sequences.shape[0] != 1:
         raise ValueError("masked_alone re-runs the row unpadded: decode it alone (decode_traced)")
     prompt_length, target = traced.width, traced.target  # a row decoded alone: no padding
@@ -181,7 +187,7 @@ def masked_alone(model, traced: TracedRow, tokenizer) -> list[tuple[bool, bool]]
     after_eos = clean[0, prompt_length:] == tokenizer.pad_token_id  # the output pads after its first EOS
     clean[0, prompt_length:][after_eos] = tokenizer.eos_token_id
     valid = torch.ones_like(clean, dtype=torch.bool)
-    forward = DiffusionForward(model, "block_diffusion", BLOCK)
+    forward = training_forward(model)
     out = []
     for k, wanted in enumerate(target):
         position = prompt_length + k
@@ -209,9 +215,7 @@ def context_use(
     the whole completion and tail masked; each completion position masked with probability 1/2 (the
     scored ones; `generator` draws them); each completion position masked alone.
     """
-    from dllm_edit.trainers import DiffusionForward
-
-    forward = DiffusionForward(model, "block_diffusion", BLOCK)
+    forward = training_forward(model)
     hits: dict[str, list[bool]] = {view: [] for view in CONTEXT_VIEWS}
     for row in rows:
         prompt = tokenizer(row["prompt"])["input_ids"]
