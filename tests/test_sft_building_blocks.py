@@ -253,6 +253,66 @@ def test_shifted_spans_insert_and_delete():
         corrupt_response(ids, response, mask_token_id=MASK, vocab_size=VOCAB, shift_rate=1.5)
 
 
+@given(
+    rows=st.lists(st.tuples(st.integers(1, 12), st.integers(0, 14)), min_size=1, max_size=4),
+    block=st.integers(1, 5),
+    seed=st.integers(0, 2**16),
+)
+def test_semi_autoregressive_rows_have_a_finished_past_and_a_masked_future(rows, block, seed):
+    """At rate 1 every row, blocks counted from its first response token: nothing masked before one
+    block, everything masked (rate 1) after it, and that block as the plain draw left it; the prompt
+    is untouched. At rate 0 the draws are exactly those without the option (it is drawn last)."""
+    width = max(p + r for p, r in rows)
+    ids, response, _ = _batch([p + r for p, r in rows], [p for p, _ in rows], width)
+    kwargs = dict(mask_token_id=MASK, vocab_size=VOCAB, mask_rate=(0.2, 0.8), edit_rate=(0.0, 0.3))
+    plain = corrupt_response(ids, response, generator=torch.Generator().manual_seed(seed), **kwargs)
+    semi = corrupt_response(
+        ids, response, semi_ar_rate=1.0, semi_ar_block_length=block,
+        generator=torch.Generator().manual_seed(seed), **kwargs,
+    )  # fmt: skip
+    assert not (semi.masked & ~response).any() and torch.equal(semi.noisy[~response], ids[~response])
+    for row, (prompt, length) in enumerate(rows):
+        if length == 0:
+            assert torch.equal(semi.noisy[row], plain.noisy[row])
+            continue
+        masked = semi.masked[row, prompt : prompt + length].split(block)  # the response's blocks
+        drawn = plain.masked[row, prompt : prompt + length].split(block)
+        rate = semi.mask_rate[row, prompt : prompt + length].split(block)
+
+        assert any(_layout_around(k, masked, drawn, rate) for k in range(len(masked)))
+    zero = corrupt_response(
+        ids, response, semi_ar_rate=0.0, semi_ar_block_length=block,
+        generator=torch.Generator().manual_seed(seed), **kwargs,
+    )  # fmt: skip
+    for field in ("noisy", "masked", "replaced", "mask_rate"):
+        assert torch.equal(getattr(zero, field), getattr(plain, field))
+
+
+def _layout_around(k, masked, drawn, rate):
+    """Blocks (tuples of `[<=block]` tensors): no mask before block k, all masked at rate 1 after it,
+    block k as the plain draw left it."""
+    before = all(not masked[j].any() for j in range(k))
+    after = all(masked[j].all() and (rate[j] == 1).all() for j in range(k + 1, len(masked)))
+    return before and after and torch.equal(masked[k], drawn[k])
+
+
+def test_semi_autoregressive_layout_draws_every_block_and_refuses_bad_input():
+    """Over many rows each of a response's blocks is the current one about equally often; the rate
+    and the block length are checked."""
+    ids, response, _ = _batch([16] * 600, [4] * 600, 16)  # responses of 12 = 3 blocks of 4
+    c = corrupt_response(
+        ids, response, mask_token_id=MASK, vocab_size=VOCAB, mask_rate=(0.0, 0.0), edit_rate=(0.0, 0.0),
+        semi_ar_rate=1.0, semi_ar_block_length=4, generator=torch.Generator().manual_seed(0),
+    )  # fmt: skip
+    masked_blocks = c.masked[:, 4:].view(600, 3, 4).all(dim=2).sum(dim=1)  # [600] future blocks per row
+    counts = torch.bincount(masked_blocks, minlength=3)  # current block 2, 1, 0
+    assert counts.sum() == 600 and (counts > 150).all()
+    with pytest.raises(ValueError, match="semi_ar_rate"):
+        corrupt_response(ids, response, mask_token_id=MASK, vocab_size=VOCAB, semi_ar_rate=1.5)
+    with pytest.raises(ValueError, match="semi_ar_block_length"):
+        corrupt_response(ids, response, mask_token_id=MASK, vocab_size=VOCAB, semi_ar_rate=0.5)
+
+
 @pytest.mark.parametrize(
     "bad", [dict(mask_rate=(-0.1, 0.5)), dict(mask_rate=(0.6, 0.5)), dict(edit_rate=(0, 1.5))]
 )

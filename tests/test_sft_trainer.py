@@ -124,18 +124,31 @@ def test_multi_turn_forward_and_bidirectional_form(tmp_path):
     assert trainer.evaluate()["eval_loss"] < first
 
 
-def test_shifted_form_trains_and_checkpoints_decode_shifted(tmp_path):
+def test_shifted_form_trains_and_checkpoints_decode_shifted(tmp_path, monkeypatch):
     """A Llama trained in the shifted form records the adapter it was trained for, so its checkpoint
-    decodes shifted without being told; the block-diffusion form leaves a Llama's config alone."""
+    decodes shifted without being told; the block-diffusion form leaves a Llama's config alone.
+    `semi_ar_noise` reaches the corruption with the decoding block length."""
     from transformers import AutoModelForCausalLM
 
     from dllm_edit.adapters import ShiftedLogitsAdapter, detect_adapter, resolve_adapter
+    from dllm_edit.trainers import sft_trainer
 
-    trainer = trainer_for(tmp_path, max_steps=10, diffusion_attention="shifted", on_policy_rate=0.5)
+    seen = []
+
+    def spy(*args, **options):
+        seen.append((options["semi_ar_rate"], options["semi_ar_block_length"]))
+        return corrupt(*args, **options)
+
+    corrupt = sft_trainer.corrupt_examples
+    monkeypatch.setattr(sft_trainer, "corrupt_examples", spy)
+    trainer = trainer_for(
+        tmp_path, max_steps=10, diffusion_attention="shifted", on_policy_rate=0.5, semi_ar_noise=0.5
+    )
     assert trainer.model.config.dllm_edit_adapter == "shifted"
     first = trainer.evaluate()["eval_loss"]
     trainer.train()
     assert trainer.evaluate()["eval_loss"] < first
+    assert seen and set(seen) == {(0.5, 4)}
     trainer.save_model(str(tmp_path / "final"))
     reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "final")
     assert isinstance(resolve_adapter(reloaded, None), ShiftedLogitsAdapter)
@@ -213,6 +226,8 @@ def test_bad_input_is_refused_before_training(tmp_path):
         config(tmp_path, edit_noise_in_context=-0.5)
     with pytest.raises(ValueError, match="edit_noise_shift"):
         config(tmp_path, edit_noise_shift=1.5)
+    with pytest.raises(ValueError, match="semi_ar_noise"):
+        config(tmp_path, semi_ar_noise=-0.1)
     with pytest.raises(ValueError, match="editing_stream_rate=0"):  # plain M2T must say so
         config(tmp_path, edit_rate_max=0.0, clean_loss_weight=0.0)
     with pytest.raises(ValueError, match="multiple of `block_length`"):

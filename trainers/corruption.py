@@ -30,6 +30,16 @@ sees a block with no mask during training, and at the post step it may "correct"
 this: near-zero `t` makes the `1/t`-weighted drafting term high-variance (the LLaDA2.0 report's
 "mask ratio bandwidth").
 
+With `semi_ar_rate > 0`, that fraction of the examples is laid out the way *semi-autoregressive
+decoding of a full-attention model* sees it: a block `k` of the response (blocks of
+`semi_ar_block_length` from the response's first token, as decoding places them after the prompt)
+is drawn uniformly; the blocks before it are unmasked (finished drafts: their replacement noise
+stays), block `k` is corrupted as drawn above, and every block after it is fully masked (`t = 1`).
+Full-attention models (the bidirectional and shifted forms) read those masked future blocks at every
+step of block-wise decoding; with the per-example mask rate alone they almost never train on a
+finished past next to an all-mask future (the block-diffusion form needs none of this: it never
+sees the future).
+
 Prompt positions (and padding) are never touched. All randomness comes from the `generator` passed
 in, so a batch is corrupted identically whenever the same generator state is used.
 """
@@ -44,6 +54,10 @@ import torch
 SHIFT_SPAN = (2, 8)
 """Lengths (min, max, inclusive) of a shifted span of the edit-based corruption (`shift_rate`)."""
 SHIFT_MEANING = "the fraction of examples given one shifted span, an inserted or deleted token (e.g. 0.25)"
+SEMI_AR_MEANING = (
+    "the fraction of examples laid out as block-wise decoding sees them: finished blocks, one noisy "
+    "block, masked blocks after it (e.g. 0.5)"
+)
 
 
 @dataclass(frozen=True)
@@ -136,6 +150,8 @@ def corrupt_response(
     editing_stream_rate: float = 0.0,
     in_context_rate: float = 0.0,
     shift_rate: float = 0.0,
+    semi_ar_rate: float = 0.0,
+    semi_ar_block_length: int | None = None,
     generator: torch.Generator | None = None,
 ) -> Corruption:
     """Mask and randomly replace response tokens (see the module docstring).
@@ -158,6 +174,11 @@ def corrupt_response(
             `never_sample` ids (e.g. the EOS padding of a response) are never copied.
         shift_rate: probability that an example gets one shifted span (an insertion or a deletion,
             see the module docstring); 0 = none.
+        semi_ar_rate: probability that an example is laid out as semi-autoregressive decoding sees
+            it (finished blocks, one corrupted block, fully masked blocks after it; see the module
+            docstring); 0 = none.
+        semi_ar_block_length: the decoding block length those blocks have (needed when
+            `semi_ar_rate > 0`), counted from the first response position.
         generator: source of all randomness (its device is where the noise is drawn).
 
     Returns:
@@ -185,6 +206,13 @@ def corrupt_response(
         "the fraction of random replacements drawn from the example's own response tokens (e.g. 0.5)",
     )
     check_fraction("shift_rate", shift_rate, SHIFT_MEANING)
+    check_fraction("semi_ar_rate", semi_ar_rate, SEMI_AR_MEANING)
+    block_ok = isinstance(semi_ar_block_length, int) and not isinstance(semi_ar_block_length, bool)
+    if semi_ar_rate > 0 and not (block_ok and semi_ar_block_length >= 1):  # type: ignore[operator]
+        raise ValueError(
+            f"`semi_ar_block_length` must be a positive int when semi_ar_rate > 0 (the decoding block "
+            f"length), got {semi_ar_block_length!r}."
+        )
     check_fraction(
         "editing_stream_rate",
         editing_stream_rate,
@@ -229,11 +257,46 @@ def corrupt_response(
     if shift_rate > 0:  # drawn last of all, so rate 0 reproduces the draws above exactly
         u = torch.rand((shape[0], 4), generator=generator, device=noise_device).to(device)  # [B, 4]
         written = _shift_one_span(input_ids, response, u[:, 0] < shift_rate, u[:, 1], u[:, 2], u[:, 3] < 0.5)
+    if semi_ar_rate > 0:  # drawn after the shift, so rate 0 reproduces the draws above exactly
+        u = torch.rand((shape[0], 2), generator=generator, device=noise_device).to(device)  # [B, 2]
+        past, future = _semi_ar_blocks(response, u[:, 0] < semi_ar_rate, u[:, 1], semi_ar_block_length or 1)
+        masked = (masked & ~past) | future  # [B, T]
+        t = torch.where(future.to(t.device), torch.ones_like(t), t)  # [B, T]
     random_sites = response & ~masked & draw_edit.to(device) & (random_tokens != input_ids)  # [B, T]
     noisy = torch.where(random_sites, random_tokens, written)  # [B, T]
     replaced = response & ~masked & (noisy != input_ids)  # [B, T] random replacements and shifted tokens
     noisy = noisy.masked_fill(masked, mask_token_id)  # [B, T]
     return Corruption(noisy=noisy, masked=masked, replaced=replaced, mask_rate=t.to(device))
+
+
+def _semi_ar_blocks(
+    response: torch.Tensor, rows: torch.Tensor, block_u: torch.Tensor, block_length: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(past, future)` response positions of the chosen rows around a uniformly drawn current block.
+
+    Args:
+        response: BoolTensor `[B, T]`, a contiguous run of positions per row (the completion).
+        rows: BoolTensor `[B]`, the rows laid out semi-autoregressively.
+        block_u: FloatTensor `[B]` in [0, 1): picks the current block among the response's blocks.
+        block_length: positions per block, counted from each row's first response position.
+
+    Returns:
+        Two BoolTensors `[B, T]`: the response positions in blocks before the current one, and after it.
+
+    Examples:
+        >>> resp = torch.tensor([[False, True, True, True, True, True]])
+        >>> past, future = _semi_ar_blocks(resp, torch.tensor([True]), torch.tensor([0.5]), 2)
+        >>> past.int().tolist(), future.int().tolist()  # blocks {1,2} {3,4} {5}: the middle one drawn
+        ([[0, 1, 1, 0, 0, 0]], [[0, 0, 0, 0, 0, 1]])
+    """
+    count = response.sum(dim=1)  # [B]
+    first = response.to(torch.int8).argmax(dim=1)  # [B] first response position
+    blocks = ((count + block_length - 1) // block_length).clamp_min(1)  # [B]
+    current = (block_u * blocks).long().clamp_max(blocks - 1)  # [B]
+    pos = torch.arange(response.shape[1], device=response.device)[None]  # [1, T]
+    block = (pos - first[:, None]).div(block_length, rounding_mode="floor")  # [B, T]
+    chosen = response & rows[:, None]  # [B, T]
+    return chosen & (block < current[:, None]), chosen & (block > current[:, None])
 
 
 def _tokens_of_random_response_positions(

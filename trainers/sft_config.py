@@ -8,7 +8,7 @@ import torch
 from trl import SFTConfig
 
 from .config_fields import SFT_REFUSED, check_refused
-from .corruption import SHIFT_MEANING, check_fraction, check_rate_range
+from .corruption import SEMI_AR_MEANING, SHIFT_MEANING, check_fraction, check_rate_range
 from .diffusion_forward import ATTENTION_FORMS
 from .objective import MASK_LOSS_WEIGHTINGS
 from .on_policy import ON_POLICY_DRAFTS, check_on_policy_fields
@@ -57,6 +57,11 @@ class EditSFTConfig(SFTConfig):
             tokens of 2-8 response positions move one position right (a token inserted) or left
             (one deleted), the duplicated / dropped tokens of parallel drafting (edit-based
             corruption, `dllm_edit.trainers.corruption`). Shifted tokens are editing positions.
+        semi_ar_noise (float): fraction of the examples laid out as block-wise decoding of a
+            full-attention model sees them (default 0): a block of the response drawn uniformly,
+            the blocks before it unmasked (their replacement noise kept), every block after it fully
+            masked. For the `"bidirectional"` and `"shifted"` forms, whose decoding reads the masked
+            future; the block-diffusion form never sees it.
         mtf_turns (int): forwards per example (default 1 = Multi-turn Forward off); `k > 1` adds
             `k - 1` turns, each on a draft built from the previous turn's detached argmax
             predictions, trained to recover the clean tokens.
@@ -167,6 +172,13 @@ class EditSFTConfig(SFTConfig):
             "positions moved by one): edit-based corruption; 0 = none."
         },
     )
+    semi_ar_noise: float = field(
+        default=0.0,
+        metadata={
+            "help": "Fraction of examples laid out as block-wise decoding of a full-attention model sees "
+            "them: finished blocks, one noisy block, fully masked blocks after it; 0 = none."
+        },
+    )
     mtf_turns: int = field(
         default=1, metadata={"help": "Forwards per example; 1 = Multi-turn Forward off, 2 = one extra turn."}
     )
@@ -232,6 +244,7 @@ class EditSFTConfig(SFTConfig):
             "the fraction of replacements drawn from the response's own tokens (e.g. 0.5)",
         )
         check_fraction("edit_noise_shift", self.edit_noise_shift, SHIFT_MEANING)
+        check_fraction("semi_ar_noise", self.semi_ar_noise, SEMI_AR_MEANING)
         check_on_policy_fields(
             self.on_policy_rate, self.on_policy_warmup_steps, self.on_policy_draft, self.on_policy_confidence
         )

@@ -395,6 +395,8 @@ class EditSFTTrainer(SavesDecodingConfig, SFTTrainer):
             editing_stream_rate=args.editing_stream_rate,
             in_context_rate=args.edit_noise_in_context,
             shift_rate=args.edit_noise_shift,
+            semi_ar_rate=args.semi_ar_noise,
+            semi_ar_block_length=args.block_length,
         )
         forward = DiffusionForward(
             model, self.attention_form, args.block_length, fused_lm_head=args.fused_lm_head
