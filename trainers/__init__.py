@@ -7,7 +7,9 @@
 - Torch-only building blocks, shared with other trainers: `corrupt_response` (the mask + random-token
   corruption), `DiffusionForward` / `block_diffusion_allowed` (the vectorised block-diffusion forward
   and its attention rule; with `fused_lm_head=True` it returns `HiddenStates`, read by
-  `token_logprob` without the `[B, T, V]` logits), `edit_objective` (the drafting + editing + clean
+  `token_logprob` without the `[B, T, V]` logits), `shift_to_predictions` (the shifted form's
+  re-indexing), `declare_decoding_adapter` (the adapter a trained checkpoint decodes with),
+  `edit_objective` (the drafting + editing + clean
   loss), `elbo_token_logps` and `ebpo_surrogate` (EBPO's ELBO and clipped surrogate),
   `group_advantages`, `exact_match_reward`.
 
@@ -20,7 +22,13 @@ from __future__ import annotations
 from typing import Any
 
 from .corruption import Corruption, corrupt_response
-from .diffusion_forward import DiffusionForward, block_diffusion_allowed, resolve_attention_form
+from .diffusion_forward import (
+    DiffusionForward,
+    block_diffusion_allowed,
+    declare_decoding_adapter,
+    resolve_attention_form,
+    shift_to_predictions,
+)
 from .ebpo_loss import SurrogateTerms, ebpo_surrogate
 from .elbo import counter_uniform, elbo_token_logps
 from .hidden_states import HiddenStates, token_logprob
@@ -66,6 +74,7 @@ __all__ = [
     "block_diffusion_allowed",
     "corrupt_response",
     "counter_uniform",
+    "declare_decoding_adapter",
     "draft_masked",
     "ebpo_surrogate",
     "edit_objective",
@@ -73,5 +82,6 @@ __all__ = [
     "exact_match_reward",
     "group_advantages",
     "resolve_attention_form",
+    "shift_to_predictions",
     "token_logprob",
 ]
