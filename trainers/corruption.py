@@ -207,8 +207,7 @@ def corrupt_response(
     )
     check_fraction("shift_rate", shift_rate, SHIFT_MEANING)
     check_fraction("semi_ar_rate", semi_ar_rate, SEMI_AR_MEANING)
-    block_ok = isinstance(semi_ar_block_length, int) and not isinstance(semi_ar_block_length, bool)
-    if semi_ar_rate > 0 and not (block_ok and semi_ar_block_length >= 1):  # type: ignore[operator]
+    if semi_ar_rate > 0 and (type(semi_ar_block_length) is not int or semi_ar_block_length < 1):
         raise ValueError(
             f"`semi_ar_block_length` must be a positive int when semi_ar_rate > 0 (the decoding block "
             f"length), got {semi_ar_block_length!r}."
@@ -261,7 +260,7 @@ def corrupt_response(
         u = torch.rand((shape[0], 2), generator=generator, device=noise_device).to(device)  # [B, 2]
         past, future = _semi_ar_blocks(response, u[:, 0] < semi_ar_rate, u[:, 1], semi_ar_block_length or 1)
         masked = (masked & ~past) | future  # [B, T]
-        t = torch.where(future.to(t.device), torch.ones_like(t), t)  # [B, T]
+        t = t.masked_fill(future.to(t.device), 1.0)  # [B, T]
     random_sites = response & ~masked & draw_edit.to(device) & (random_tokens != input_ids)  # [B, T]
     noisy = torch.where(random_sites, random_tokens, written)  # [B, T]
     replaced = response & ~masked & (noisy != input_ids)  # [B, T] random replacements and shifted tokens

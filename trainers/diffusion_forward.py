@@ -44,12 +44,16 @@ from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
+from transformers.utils import logging
 
 from dllm_edit.adapters import DECLARED_ADAPTER_ATTRIBUTE, detect_adapter
 from dllm_edit.adapters.attention import backend_mask, with_padding_rule
 from dllm_edit.adapters.base import attn_implementation, forward_kwargs, model_dtype, output_logits
+from dllm_edit.adapters.shifted import previous_position_outputs
 
 from .hidden_states import HiddenStates
+
+logger = logging.get_logger(__name__)
 
 AttentionForm = Literal["block_diffusion", "bidirectional", "shifted", "masked_lm"]
 ATTENTION_FORMS: tuple[str, ...] = ("block_diffusion", "bidirectional", "shifted", "masked_lm")
@@ -136,7 +140,7 @@ def resolve_attention_form(model: Any, requested: str) -> AttentionForm:
 def declare_decoding_adapter(model: Any, form: str) -> str | None:
     """Record in `model.config.dllm_edit_adapter` the decoding adapter of training form `form`, when
     auto-detection would pick another built-in one (a Llama trained `"shifted"` would otherwise decode
-    block-causally). Saved checkpoints then decode the way they were trained.
+    block-causally), and log it. Saved checkpoints then decode the way they were trained.
 
     A model whose detected adapter is a third-party one is left alone (its plugin knows its form).
 
@@ -162,6 +166,7 @@ def declare_decoding_adapter(model: Any, form: str) -> str | None:
     if detected not in _FORM_OF_ADAPTER or _FORM_OF_ADAPTER[detected] == form:
         return None
     setattr(inner.config, DECLARED_ADAPTER_ATTRIBUTE, wanted)
+    logger.info(f"Training form {form!r}: config.{DECLARED_ADAPTER_ATTRIBUTE} = {wanted!r}.")
     return wanted
 
 
@@ -318,12 +323,9 @@ def shift_to_predictions(outputs: torch.Tensor, valid: torch.Tensor) -> torch.Te
         >>> shift_to_predictions(out, torch.tensor([[False, True, True, True]]))[0, :, 0]
         tensor([1., 1., 1., 2.])
     """
-    length = outputs.shape[1]
-    positions = torch.arange(length, device=outputs.device)  # [T]
-    first = valid.long().argmax(dim=1, keepdim=True)  # [B, 1] each row's first valid position
-    source = torch.maximum(positions[None, :] - 1, first)  # [B, T]
-    index = source[:, :, None].expand(-1, -1, outputs.shape[-1])  # [B, T, D] (a view)
-    return outputs.gather(1, index)  # [B, T, D]
+    first = valid.long().argmax(dim=1)  # [B] each row's first valid position
+    positions = torch.arange(outputs.shape[1], device=outputs.device)  # [T]
+    return previous_position_outputs(outputs, first, positions)  # [B, T, D]
 
 
 def _fused_parts(

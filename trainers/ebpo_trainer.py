@@ -40,7 +40,6 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer
-from transformers.utils import logging
 
 import dllm_edit
 from dllm_edit.special_tokens import completion_lengths, resolve_special_tokens
@@ -62,8 +61,6 @@ from .rewards import (
     reward_name,
 )
 from .sft_trainer import resolve_mask_token_id
-
-logger = logging.get_logger(__name__)
 
 
 @dataclass
@@ -221,9 +218,7 @@ class EBPOTrainer(SavesDecodingConfig, Trainer):
         self.block_length = int(self.rollout_config.block_length)
         self.group_size = int(args.num_generations or 1)
         self.attention_form = resolve_attention_form(model, args.diffusion_attention)
-        declared = declare_decoding_adapter(model, self.attention_form)  # checkpoints decode as trained
-        if declared is not None:
-            logger.info(f"Training form {self.attention_form!r}: config.dllm_edit_adapter = {declared!r}.")
+        declare_decoding_adapter(model, self.attention_form)  # checkpoints decode as trained
         super().__init__(
             model=model,
             args=args,

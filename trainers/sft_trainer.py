@@ -17,7 +17,6 @@ from typing import Any
 
 import torch
 from transformers import Trainer
-from transformers.utils import logging
 from trl import SFTTrainer
 
 from dllm_edit.config import EditGenerationConfig
@@ -42,8 +41,6 @@ from .on_policy import choose_rows, draft_masked
 from .router_loss import load_balancing_loss, moe_routing, record_router_logits, router_output_spec
 from .sft_config import EditSFTConfig
 from .sft_data import check_dataset_format, conversations_to_prompt_completion, needs_chat_template
-
-logger = logging.get_logger(__name__)
 
 _TERMS = ("drafting", "editing", "clean")
 
@@ -214,9 +211,7 @@ class EditSFTTrainer(SavesDecodingConfig, SFTTrainer):
                 "rows. Resize the embeddings (model.resize_token_embeddings(len(tokenizer))) or fix the id."
             )
         self.attention_form = resolve_attention_form(self.model, args.diffusion_attention)
-        declared = declare_decoding_adapter(self.model, self.attention_form)  # checkpoints decode as trained
-        if declared is not None:
-            logger.info(f"Training form {self.attention_form!r}: config.dllm_edit_adapter = {declared!r}.")
+        declare_decoding_adapter(self.model, self.attention_form)  # checkpoints decode as trained
         # Saved checkpoints then decode with dllm_edit.generate without naming the mask token.
         generation_config = getattr(unwrap(self.model), "generation_config", None)
         if generation_config is not None and getattr(generation_config, "mask_token_id", None) is None:

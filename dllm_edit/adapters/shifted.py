@@ -19,6 +19,31 @@ from .base import ModelAdapter, checked_forward
 from .bidirectional import _BidirectionalSession
 
 
+def previous_position_outputs(
+    outputs: torch.Tensor, first: torch.Tensor, positions: torch.Tensor
+) -> torch.Tensor:
+    """The shifted read, shared by decoding and training: for each row `r` and each position `j` in
+    `positions`, the output at `j - 1`, or at `first[r]` where `j - 1` lies before the row's first
+    position (that position reads its own output, as Dream's reference does).
+
+    Args:
+        outputs: `[R, L, D]`, one row of logits (or hidden states) per position.
+        first: LongTensor `[R]`, each row's first position (indices into `outputs`).
+        positions: LongTensor `[S]`, the positions to read predictions for.
+
+    Returns:
+        `[R, S, D]`.
+
+    Examples:
+        >>> out = torch.arange(4.0).view(1, 4, 1)
+        >>> previous_position_outputs(out, torch.tensor([1]), torch.arange(4))[0, :, 0]
+        tensor([1., 1., 1., 2.])
+    """
+    source = torch.maximum(positions[None, :] - 1, first[:, None])  # [R, S] the output read
+    index = source[:, :, None].expand(-1, -1, outputs.shape[-1])  # [R, S, D] (a view)
+    return outputs.gather(1, index)  # [R, S, D]
+
+
 class ShiftedLogitsAdapter(ModelAdapter):
     """Adapter for full-attention dLLMs whose logits at position `i` predict token `i + 1` (Dream).
 
@@ -78,6 +103,4 @@ class _ShiftedSession(_BidirectionalSession):
         full = self.forward_canvas(canvas)  # [R, T - lead, V], slots lead..T
         slots = torch.arange((block - window) * bl, (block + 1) * bl, device=canvas.device)  # [S]
         first_slot = self.layout.offsets.to(canvas.device)[self.rows]  # [R] each row's own slot 0
-        source = torch.maximum(slots[None, :] - 1, first_slot[:, None]) - self.lead  # [R, S] output read
-        index = source[:, :, None].expand(-1, -1, full.shape[-1])  # [R, S, V] (a view)
-        return full.gather(1, index)  # [R, S, V]
+        return previous_position_outputs(full, first_slot - self.lead, slots - self.lead)  # [R, S, V]
