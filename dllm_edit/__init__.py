@@ -11,6 +11,7 @@ from dllm_edit import strategies
 from dllm_edit.adapters import (
     BidirectionalAdapter,
     BlockCausalAdapter,
+    BlockCausalShiftedAdapter,
     MaskedLMAdapter,
     ModelAdapter,
     ShiftedLogitsAdapter,
@@ -41,6 +42,7 @@ __all__ = [
     "MODES",
     "BidirectionalAdapter",
     "BlockCausalAdapter",
+    "BlockCausalShiftedAdapter",
     "EditGenerationConfig",
     "EditGenerationMixin",
     "EditGenerationOutput",

@@ -1,4 +1,5 @@
-"""Model adapters: shifted logits (Dream), masked LMs, the registry and its entry points, bad models.
+"""Model adapters: shifted logits (Dream and block-causal), masked LMs, the registry and its entry
+points, bad models.
 
 Every model is a tiny random one built here from a config; nothing is downloaded.
 """
@@ -23,6 +24,7 @@ from dllm_edit import adapters
 from dllm_edit.adapters import (
     BidirectionalAdapter,
     BlockCausalAdapter,
+    BlockCausalShiftedAdapter,
     MaskedLMAdapter,
     ModelAdapter,
     ShiftedLogitsAdapter,
@@ -295,6 +297,87 @@ def test_shifted_batch_equals_rows_alone(dream_qwen2, mode, block_start):
         mode, block_length=4, max_new_tokens=8, block_start=block_start, **IDS
     )
     out = assert_batch_equals_rows_alone(model, cfg)
+    assert not (out.sequences == MASK).any()
+
+
+# ----------------------------------------------------------------------------------------------
+# block-causal shifted logits
+
+
+@pytest.mark.parametrize("use_cache", [False, True])
+def test_block_causal_shifted_reads_the_block_causal_output_one_slot_to_the_left(llama_eager, use_cache):
+    """Slot j of the active block reads the block-causal output at j - 1; a block's first slot reads
+    the previous block's last output, kept from the block's first step when the cache holds the
+    previous block (the later steps run the active block alone)."""
+    ids, mask = left_pad(PROMPTS)
+    layout, canvas = build_canvas(ids, mask, 4, 12, MASK, PAD)  # [B, T]
+    reference = BlockCausalAdapter().open(llama_eager, layout, use_cache=False)
+    session = BlockCausalShiftedAdapter().open(llama_eager, layout, use_cache=use_cache)
+    gen = torch.Generator().manual_seed(0)
+    for block in range(layout.first_block, layout.num_blocks):
+        span = slice(block * 4, (block + 1) * 4)
+        for step in range(3):  # the block's first step, then two steps writing more of it
+            if step:
+                written = torch.randint(3, VOCAB - 2, (canvas.shape[0], 4), generator=gen)
+                fill = (canvas[:, span] == MASK) & (torch.rand(canvas.shape[0], 4, generator=gen) < 0.5)
+                canvas[:, span] = torch.where(fill, written, canvas[:, span])
+            with torch.no_grad():
+                got = session.logits(canvas, block, 0)  # [B, 4, V]
+                previous = reference.logits(canvas, block - 1, 0)[:, -1:]  # [B, 1, V]
+                current = reference.logits(canvas, block, 0)[:, :-1]  # [B, 3, V]
+            expected = torch.cat([previous, current], dim=1)
+            decoded = layout.generated[:, span]  # [B, 4] (a row's first slot reads itself instead)
+            torch.testing.assert_close(
+                got[decoded], expected[decoded], atol=1e-5, rtol=1e-5, msg=f"block {block} step {step}"
+            )
+        canvas[:, span] = torch.where(canvas[:, span] == MASK, 3 + block, canvas[:, span])  # finished
+
+
+def test_block_causal_shifted_first_slot_of_a_row_reads_itself():
+    ids = torch.tensor([[5, 6], [PAD, PAD]])  # row 1: empty prompt, its slot 0 is generated
+    mask = torch.tensor([[1, 1], [0, 0]])
+    layout, canvas = build_canvas(ids, mask, 2, 4, MASK, PAD)
+    session = BlockCausalShiftedAdapter().open(PositionModel("llama"), layout, use_cache=False)
+    assert layout.offsets.tolist() == [0, 2]
+    source = session.logits(canvas, block=1, window=0)[..., 1].long()  # the output slot read
+    assert source.tolist() == [[1, 2], [2, 2]]  # row 1's own slot 0 (canvas slot 2) reads itself
+    session.select_rows(torch.tensor([1]))
+    assert session.logits(canvas, block=2, window=0)[..., 0].tolist() == [[1.0, 2.0]]
+
+
+def test_block_causal_shifted_generation_writes_the_prediction_of_the_previous_position():
+    model = PositionTokenModel("llama")
+    prompt = [5, 6, 7]
+    cfg = dllm_edit.EditGenerationConfig.from_mode(
+        "quality", block_length=4, max_new_tokens=6, use_cache=False, **IDS
+    )
+    ids = torch.tensor([prompt])
+    out = dllm_edit.generate(model, ids, generation_config=cfg, adapter="block_causal_shifted")
+    positions = torch.arange(len(prompt), len(prompt) + 6)
+    assert out.sequences[0, 3:].tolist() == model.token_of(positions - 1).tolist()
+    model.config.dllm_edit_adapter = "block_causal_shifted"  # a checkpoint declaring it
+    assert isinstance(resolve_adapter(model, None), BlockCausalShiftedAdapter)
+    assert torch.equal(dllm_edit.generate(model, ids, generation_config=cfg).sequences, out.sequences)
+
+
+def test_block_causal_shifted_refuses_multi_block_editing(llama_eager):
+    cfg = dllm_edit.EditGenerationConfig.from_mode(
+        "speedy", block_length=4, max_new_tokens=8, multi_block_edit=True, **IDS
+    )
+    refusal = "'block_causal_shifted' adapter does not support multi-block editing"
+    with pytest.raises(ValueError, match=refusal):
+        dllm_edit.generate(
+            llama_eager, torch.tensor([[5, 6, 7]]), generation_config=cfg, adapter="block_causal_shifted"
+        )
+
+
+@pytest.mark.parametrize("use_cache", [False, True])
+def test_block_causal_shifted_batch_equals_rows_alone(llama_eager, use_cache):
+    model = copy.deepcopy(llama_eager).double()  # float64: see test_shifted_batch_equals_rows_alone
+    cfg = dllm_edit.EditGenerationConfig.from_mode(
+        "speedy", block_length=4, max_new_tokens=8, use_cache=use_cache, **IDS
+    )
+    out = assert_batch_equals_rows_alone(model, cfg, adapter="block_causal_shifted")
     assert not (out.sequences == MASK).any()
 
 
@@ -587,7 +670,13 @@ def test_errors_after_the_first_forward_are_not_rewritten():
 
 
 @pytest.mark.parametrize(
-    "name", ["dllm_edit.adapters", "dllm_edit.adapters.shifted", "dllm_edit.adapters.masked_lm"]
+    "name",
+    [
+        "dllm_edit.adapters",
+        "dllm_edit.adapters.shifted",
+        "dllm_edit.adapters.block_causal_shifted",
+        "dllm_edit.adapters.masked_lm",
+    ],
 )
 def test_doctests(name, monkeypatch):
     monkeypatch.setattr(adapters, "_ADAPTERS", dict(adapters._ADAPTERS))

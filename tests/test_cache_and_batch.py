@@ -18,16 +18,25 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("model_name", ["llama_eager", "llama_sdpa", "qwen3_sdpa"])
+@pytest.mark.parametrize(
+    "model_name, adapter",
+    [
+        ("llama_eager", "block_causal"),
+        ("llama_sdpa", "block_causal"),
+        ("qwen3_sdpa", "block_causal"),
+        ("llama_eager", "block_causal_shifted"),
+        ("qwen3_sdpa", "block_causal_shifted"),
+    ],
+)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c['mode']}-bl{c['block_length']}")
-def test_cache_on_equals_cache_off(request, model_name, case):
+def test_cache_on_equals_cache_off(request, model_name, adapter, case):
     model = request.getfixturevalue(model_name)
     case = dict(case)
     cfg = dllm_edit.EditGenerationConfig.from_mode(case.pop("mode"), **IDS, **case)
     for prompt in PROMPTS:
         ids = torch.tensor([prompt])
-        off = dllm_edit.generate(model, ids, generation_config=cfg, use_cache=False)
-        on = dllm_edit.generate(model, ids, generation_config=cfg, use_cache=True)
+        off = dllm_edit.generate(model, ids, generation_config=cfg, use_cache=False, adapter=adapter)
+        on = dllm_edit.generate(model, ids, generation_config=cfg, use_cache=True, adapter=adapter)
         assert torch.equal(on.sequences, off.sequences)
         assert torch.equal(on.num_forwards, off.num_forwards)
 

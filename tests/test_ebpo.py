@@ -339,8 +339,11 @@ def test_fused_lm_head_gives_the_same_elbo_summands(tmp_path):
     torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-5)
 
 
-def test_shifted_form_rollouts_and_checkpoints_decode_shifted(tmp_path):
-    """EBPO on a Llama in the shifted form: the config declares the shifted adapter before the first
+@pytest.mark.parametrize(
+    "form, adapter", [("shifted", "shifted"), ("block_diffusion_shifted", "block_causal_shifted")]
+)
+def test_shifted_forms_rollouts_and_checkpoints_decode_as_trained(tmp_path, form, adapter):
+    """EBPO on a Llama in a shifted form: the config declares the form's adapter before the first
     rollout (so rollouts decode as the ELBO forward reads) and the checkpoint keeps it."""
     from transformers import AutoModelForCausalLM
 
@@ -349,13 +352,13 @@ def test_shifted_form_rollouts_and_checkpoints_decode_shifted(tmp_path):
     trainer = EBPOTrainer(
         tiny_llama("sdpa", seed=7),
         reward_funcs=[even_words],
-        args=ebpo_config(tmp_path, max_steps=1, diffusion_attention="shifted"),
+        args=ebpo_config(tmp_path, max_steps=1, diffusion_attention=form),
         train_dataset=prompts(),
         processing_class=tiny_tokenizer(),
     )
-    assert trainer.attention_form == "shifted" and detect_adapter(trainer.model) == "shifted"
+    assert trainer.attention_form == form and detect_adapter(trainer.model) == adapter
     trainer.train()
     ratios = [h["ratio/mean"] for h in trainer.state.log_history if "ratio/mean" in h]
     assert ratios == [pytest.approx(1.0)]
     trainer.save_model(str(tmp_path / "final"))
-    assert detect_adapter(AutoModelForCausalLM.from_pretrained(tmp_path / "final")) == "shifted"
+    assert detect_adapter(AutoModelForCausalLM.from_pretrained(tmp_path / "final")) == adapter

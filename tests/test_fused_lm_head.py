@@ -35,7 +35,7 @@ def _loss_and_grads(model, form, fused, seed=0):
     return terms, grads
 
 
-@pytest.mark.parametrize("form", ["block_diffusion", "bidirectional"])
+@pytest.mark.parametrize("form", ["block_diffusion", "block_diffusion_shifted", "bidirectional", "shifted"])
 @pytest.mark.parametrize("bias", [False, True])
 def test_objective_loss_and_gradients_match_the_logits_path(form, bias):
     model = tiny_llama("sdpa", seed=3)

@@ -455,6 +455,64 @@ def test_shifted_form_reads_the_decoding_adapters_logits():
             torch.testing.assert_close(training[answer], decoding[row, first:][answer], atol=1e-4, rtol=1e-4)
 
 
+def test_block_shifted_form_reads_the_decoding_adapters_logits():
+    """The `"block_diffusion_shifted"` form and `BlockCausalShiftedAdapter` (with its KV cache) give
+    the same prediction for every answer position of every block: the block being decoded is the
+    noisy copy, the finished blocks before it the clean copy. Decoding left-pads by whole blocks,
+    training right-pads, so each row is compared from its own first slot."""
+    from conftest import left_pad
+
+    from dllm_edit.adapters import BlockCausalShiftedAdapter
+    from dllm_edit.layout import build_canvas
+
+    model = tiny_llama("sdpa", seed=6)
+    prompts = [[5, 6, 7], [9, 10, 11, 12, 13, 14, 15], [20]]
+    ids, mask = left_pad(prompts)
+    layout, canvas = build_canvas(ids, mask, 4, 10, MASK, 0)  # [B, T]
+    gen = torch.Generator().manual_seed(2)
+    final = torch.where(layout.generated, torch.randint(3, VOCAB - 2, canvas.shape, generator=gen), canvas)
+    session = BlockCausalShiftedAdapter().open(model, layout, use_cache=True)
+    forward = DiffusionForward(model, "block_diffusion_shifted", block_length=4)
+    width = canvas.shape[1]
+    for block in range(layout.first_block, layout.num_blocks):
+        span = slice(block * 4, (block + 1) * 4)
+        noisy_canvas = final.clone()
+        written = torch.randint(3, VOCAB - 2, (len(prompts), 4), generator=gen)
+        state = torch.rand(len(prompts), 4, generator=gen)  # masked, rewritten or kept
+        block_tokens = torch.where(state < 0.4, MASK, torch.where(state < 0.7, written, final[:, span]))
+        noisy_canvas[:, span] = torch.where(layout.generated[:, span], block_tokens, final[:, span])
+        with torch.no_grad():
+            decoding = session.logits(noisy_canvas, block, 0)  # [B, 4, V]
+            for row in range(len(prompts)):
+                first = int(layout.offsets[row])  # the row's own position 0, a block boundary
+                pad = (0, first)
+                clean = torch.nn.functional.pad(final[row, first:], pad)[None]  # [1, T]
+                noisy = torch.nn.functional.pad(noisy_canvas[row, first:], pad)[None]  # [1, T]
+                valid = (torch.arange(width) < width - first)[None]  # [1, T]
+                training = forward(noisy, clean, valid)[0, block * 4 - first : (block + 1) * 4 - first]
+                answer = layout.generated[row, span]  # [4]
+                torch.testing.assert_close(training[answer], decoding[row][answer], atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_block_shifted_form_is_block_diffusion_read_one_position_to_the_left(keep):
+    model = tiny_llama("sdpa", seed=8)
+    ids, response, valid = _batch([12, 9, 5], [3, 4, 2], 12)
+    draw = torch.rand(ids.shape, generator=torch.Generator().manual_seed(0))  # [B, T]
+    noisy = torch.where(response & (draw < 0.6), MASK, ids)
+    forward = DiffusionForward(model, "block_diffusion_shifted", block_length=4)
+    forward.pass_logits_to_keep = keep  # False: the model returns all 2T rows, read in place
+    with torch.no_grad():
+        shifted = forward(noisy, ids, valid)  # [B, T, V]
+        blocks = _naive_block_logits(model, noisy, ids, valid, 4)  # the block-diffusion outputs
+        clean = _naive_block_logits(model, ids, ids, valid, 4)  # the clean copy's outputs
+    j = torch.arange(1, 12)
+    inside = j % 4 != 0
+    torch.testing.assert_close(shifted[:, j[inside]], blocks[:, j[inside] - 1], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(shifted[:, j[~inside]], clean[:, j[~inside] - 1], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(shifted[:, 0], blocks[:, 0], atol=1e-4, rtol=1e-4)  # reads its own output
+
+
 def test_shifted_form_supervises_each_position_with_the_previous_output():
     model = tiny_llama("sdpa", seed=7)
     ids, _, valid = _batch([7, 5], [2, 2], 7)

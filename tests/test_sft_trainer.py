@@ -124,13 +124,16 @@ def test_multi_turn_forward_and_bidirectional_form(tmp_path):
     assert trainer.evaluate()["eval_loss"] < first
 
 
-def test_shifted_form_trains_and_checkpoints_decode_shifted(tmp_path, monkeypatch):
-    """A Llama trained in the shifted form records the adapter it was trained for, so its checkpoint
-    decodes shifted without being told; the block-diffusion form leaves a Llama's config alone.
+@pytest.mark.parametrize(
+    "form, adapter", [("shifted", "shifted"), ("block_diffusion_shifted", "block_causal_shifted")]
+)
+def test_shifted_forms_train_and_checkpoints_decode_as_trained(tmp_path, monkeypatch, form, adapter):
+    """A Llama trained in a shifted form records the adapter it was trained for, so its checkpoint
+    decodes that way without being told; the block-diffusion form leaves a Llama's config alone.
     `semi_ar_noise` reaches the corruption with the decoding block length."""
     from transformers import AutoModelForCausalLM
 
-    from dllm_edit.adapters import ShiftedLogitsAdapter, detect_adapter, resolve_adapter
+    from dllm_edit.adapters import detect_adapter, get_adapter_class, resolve_adapter
     from dllm_edit.trainers import sft_trainer
 
     seen = []
@@ -142,16 +145,16 @@ def test_shifted_form_trains_and_checkpoints_decode_shifted(tmp_path, monkeypatc
     corrupt = sft_trainer.corrupt_examples
     monkeypatch.setattr(sft_trainer, "corrupt_examples", spy)
     trainer = trainer_for(
-        tmp_path, max_steps=10, diffusion_attention="shifted", on_policy_rate=0.5, semi_ar_noise=0.5
+        tmp_path, max_steps=10, diffusion_attention=form, on_policy_rate=0.5, semi_ar_noise=0.5
     )
-    assert trainer.model.config.dllm_edit_adapter == "shifted"
+    assert trainer.model.config.dllm_edit_adapter == adapter
     first = trainer.evaluate()["eval_loss"]
     trainer.train()
     assert trainer.evaluate()["eval_loss"] < first
     assert seen and set(seen) == {(0.5, 4)}
     trainer.save_model(str(tmp_path / "final"))
     reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "final")
-    assert isinstance(resolve_adapter(reloaded, None), ShiftedLogitsAdapter)
+    assert type(resolve_adapter(reloaded, None)) is get_adapter_class(adapter)
     plain = trainer_for(tmp_path / "plain", max_steps=1)
     assert plain.attention_form == "block_diffusion"
     assert getattr(plain.model.config, "dllm_edit_adapter", None) is None
@@ -327,8 +330,9 @@ def test_moe_router_loss_is_added_with_its_coefficient(tmp_path):
         dict(on_policy_rate=0.5, diffusion_attention="bidirectional"),
         dict(router_aux_loss_coef=0.5, diffusion_attention="block_diffusion"),
         dict(diffusion_attention="shifted"),
+        dict(diffusion_attention="block_diffusion_shifted", on_policy_rate=0.5),
     ],
-    ids=["mtf", "on_policy", "moe_router", "shifted"],
+    ids=["mtf", "on_policy", "moe_router", "shifted", "block_diffusion_shifted"],
 )
 def test_fused_lm_head_gives_the_logits_path_loss_and_gradients(tmp_path, options):
     def loss_and_grads(fused):

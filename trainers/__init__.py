@@ -7,11 +7,11 @@
 - Torch-only building blocks, shared with other trainers: `corrupt_response` (the mask + random-token
   corruption), `DiffusionForward` / `block_diffusion_allowed` (the vectorised block-diffusion forward
   and its attention rule; with `fused_lm_head=True` it returns `HiddenStates`, read by
-  `token_logprob` without the `[B, T, V]` logits), `shift_to_predictions` (the shifted form's
-  re-indexing), `declare_decoding_adapter` (the adapter a trained checkpoint decodes with),
-  `edit_objective` (the drafting + editing + clean
-  loss), `elbo_token_logps` and `ebpo_surrogate` (EBPO's ELBO and clipped surrogate),
-  `group_advantages`, `exact_match_reward`.
+  `token_logprob` without the `[B, T, V]` logits), `shift_to_predictions` and
+  `block_shifted_sources` (the shifted forms' re-indexing), `declare_decoding_adapter` (the adapter
+  a trained checkpoint decodes with), `edit_objective` (the drafting + editing + clean loss),
+  `elbo_token_logps` and `ebpo_surrogate` (EBPO's ELBO and clipped surrogate), `group_advantages`,
+  `exact_match_reward`.
 
 The TRL-based classes need the `train` extra (`pip install "dllm-edit[train]"`); they are imported
 on first use, so the building blocks work without TRL.
@@ -25,6 +25,7 @@ from .corruption import Corruption, corrupt_response
 from .diffusion_forward import (
     DiffusionForward,
     block_diffusion_allowed,
+    block_shifted_sources,
     declare_decoding_adapter,
     resolve_attention_form,
     shift_to_predictions,
@@ -72,6 +73,7 @@ __all__ = [
     "OnPolicyDraft",
     "SurrogateTerms",
     "block_diffusion_allowed",
+    "block_shifted_sources",
     "corrupt_response",
     "counter_uniform",
     "declare_decoding_adapter",

@@ -19,6 +19,13 @@ Four forms, picked from the model's decoding adapter (or named explicitly):
   their next-token head): the bidirectional form, read one position to the left: the prediction for
   position `j` is the model's output at `j - 1`, and a row's first valid position reads its own
   output (the rule of the decoding adapter `dllm_edit.adapters.ShiftedLogitsAdapter`).
+- `"block_diffusion_shifted"` (autoregressive checkpoints converted to block diffusion that keep
+  their next-token head, as Fast-dLLM v2): the block-diffusion input and attention, read one
+  position to the left: the prediction for noisy position `j` is the noisy copy's output at `j - 1`
+  inside a block, and the *clean* copy's output at `j - 1` for a block's first position (the
+  previous block's last output, which at decoding comes from the finished block); a row's first
+  valid position reads its own output. The rule of the decoding adapter
+  `dllm_edit.adapters.BlockCausalShiftedAdapter`.
 - `"masked_lm"`: `x_t` with a 2-D padding mask (BERT-family masked LMs).
 
 A model trained in a form whose decoding adapter is not the one detected for it (a Llama trained
@@ -55,12 +62,21 @@ from .hidden_states import HiddenStates
 
 logger = logging.get_logger(__name__)
 
-AttentionForm = Literal["block_diffusion", "bidirectional", "shifted", "masked_lm"]
-ATTENTION_FORMS: tuple[str, ...] = ("block_diffusion", "bidirectional", "shifted", "masked_lm")
+AttentionForm = Literal["block_diffusion", "block_diffusion_shifted", "bidirectional", "shifted", "masked_lm"]
+ATTENTION_FORMS: tuple[str, ...] = (
+    "block_diffusion",
+    "block_diffusion_shifted",
+    "bidirectional",
+    "shifted",
+    "masked_lm",
+)
+#: Forms whose input is the clean copy followed by the noisy one (`[x_0 ⊕ x_t]`, length `2T`).
+TWO_COPY_FORMS: tuple[str, ...] = ("block_diffusion", "block_diffusion_shifted")
 
 # Decoding adapters (`dllm_edit.adapters`) and the training form that matches each.
 _FORM_OF_ADAPTER = {
     "block_causal": "block_diffusion",
+    "block_causal_shifted": "block_diffusion_shifted",
     "bidirectional": "bidirectional",
     "bidirectional_approx_cache": "bidirectional",
     "shifted": "shifted",
@@ -69,6 +85,7 @@ _FORM_OF_ADAPTER = {
 # Each training form and the decoding adapter that runs a model trained in it.
 ADAPTER_OF_FORM = {
     "block_diffusion": "block_causal",
+    "block_diffusion_shifted": "block_causal_shifted",
     "bidirectional": "bidirectional",
     "shifted": "shifted",
     "masked_lm": "masked_lm",
@@ -183,8 +200,9 @@ class DiffusionForward:
 
     Args:
         model: a transformers model (possibly PEFT- or DDP-wrapped) with a language-modelling head.
-        form: `"block_diffusion"`, `"bidirectional"`, `"shifted"` or `"masked_lm"`.
-        block_length: tokens per block (block diffusion).
+        form: one of `ATTENTION_FORMS` (`"block_diffusion"`, `"block_diffusion_shifted"`,
+            `"bidirectional"`, `"shifted"`, `"masked_lm"`).
+        block_length: tokens per block (the block-diffusion forms).
         fused_lm_head: make `scores` return `HiddenStates` (final hidden states and the output
             projection) instead of logits (see the module docstring). Needs a model that takes
             `logits_to_keep`, a decoder (`get_decoder()`) and a plain `torch.nn.Linear` output
@@ -233,6 +251,15 @@ class DiffusionForward:
         """
         length = noisy.shape[1]
         kwargs = self._inputs(noisy, clean, valid)
+        if self.form == "block_diffusion_shifted":
+            sources = block_shifted_sources(valid, self.block_length)  # [B, T] into the 2T outputs
+            if self.pass_logits_to_keep:  # the clean copy's block ends, then the noisy copy
+                kept = kept_block_ends_and_noisy(length, self.block_length, noisy.device)  # [T/bl + T]
+                kwargs["logits_to_keep"] = kept
+                sources = torch.searchsorted(kept, sources)  # [B, T] into the kept rows
+            logits = output_logits(self.model, self.model(**kwargs))  # [B, 2T or T/bl + T, V]
+            index = sources[:, :, None].expand(-1, -1, logits.shape[-1])  # [B, T, V] (a view)
+            return logits.gather(1, index)  # [B, T, V]
         if self.form == "block_diffusion" and self.pass_logits_to_keep:
             kwargs["logits_to_keep"] = length
         logits = output_logits(self.model, self.model(**kwargs))  # [B, T or 2T, V]
@@ -276,6 +303,10 @@ class DiffusionForward:
                     "or logit scaling, or a head that transforms first); the fused loss would differ. Set "
                     "fused_lm_head=False."
                 )
+        if self.form == "block_diffusion_shifted":
+            sources = block_shifted_sources(valid, self.block_length)  # [B, T] into the 2T positions
+            index = sources[:, :, None].expand(-1, -1, hidden.shape[-1])  # [B, T, H] (a view)
+            return HiddenStates(hidden.gather(1, index), weight, bias)  # hidden [B, T, H]
         hidden = hidden[:, -length:]  # [B, T, H]
         if self.form == "shifted":
             hidden = shift_to_predictions(hidden, valid)
@@ -303,6 +334,42 @@ class DiffusionForward:
         if self.pass_positions:
             kwargs["position_ids"] = torch.cat([positions, positions], dim=1)  # [B, 2T]
         return kwargs
+
+
+def block_shifted_sources(valid: torch.Tensor, block_length: int) -> torch.Tensor:
+    """Where the `"block_diffusion_shifted"` form reads each noisy position's prediction in the
+    `[x_0 ⊕ x_t]` outputs (clean copy `0..T-1`, noisy copy `T..2T-1`).
+
+    Noisy position `j` reads the noisy copy at `j - 1` inside its block, the clean copy at `j - 1`
+    when `j` starts a block (the previous block's last output, which sees only finished blocks, as
+    at decoding), and its own noisy output when nothing of its row precedes it.
+
+    Args:
+        valid: BoolTensor `[B, T]`, non-padding positions.
+        block_length: tokens per block.
+
+    Returns:
+        LongTensor `[B, T]`, indices into the `2T` positions.
+
+    Examples:
+        >>> import torch
+        >>> block_shifted_sources(torch.ones(1, 6, dtype=torch.bool), block_length=3).tolist()
+        [[6, 6, 7, 2, 9, 10]]
+    """
+    length = valid.shape[1]
+    j = torch.arange(length, device=valid.device)  # [T]
+    first = valid.long().argmax(dim=1)  # [B] each row's first valid position
+    inside = torch.where(j % block_length == 0, j - 1, length + j - 1)  # [T] clean at a block start
+    own = j[None, :] - 1 < first[:, None]  # [B, T] nothing of the row before j
+    return torch.where(own, length + j[None, :], inside[None, :])  # [B, T]
+
+
+def kept_block_ends_and_noisy(length: int, block_length: int, device: torch.device) -> torch.Tensor:
+    """The positions of `[x_0 ⊕ x_t]` whose outputs the `"block_diffusion_shifted"` form reads: the
+    clean copy's last position of every block, then the whole noisy copy (LongTensor `[T/bl + T]`,
+    ascending, for `logits_to_keep`)."""
+    block_ends = torch.arange(block_length - 1, length, block_length, device=device)  # [T/bl]
+    return torch.cat([block_ends, torch.arange(length, 2 * length, device=device)])  # [T/bl + T]
 
 
 def shift_to_predictions(outputs: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:

@@ -61,7 +61,7 @@ class EditSFTConfig(SFTConfig):
             full-attention model sees them (default 0): a block of the response drawn uniformly,
             the blocks before it unmasked (their replacement noise kept), every block after it fully
             masked. For the `"bidirectional"` and `"shifted"` forms, whose decoding reads the masked
-            future; the block-diffusion form never sees it.
+            future; the block-diffusion forms never see it.
         mtf_turns (int): forwards per example (default 1 = Multi-turn Forward off); `k > 1` adds
             `k - 1` turns, each on a draft built from the previous turn's detached argmax
             predictions, trained to recover the clean tokens.
@@ -83,11 +83,12 @@ class EditSFTConfig(SFTConfig):
             the model config's.
         block_length (int): tokens per block (default 32, as LLaDA2.x). Sequences are padded to a
             multiple of it.
-        diffusion_attention (str): `"block_diffusion"`, `"bidirectional"`, `"shifted"` (Dream-style
-            and converted autoregressive models: position `j` is predicted at `j - 1`),
-            `"masked_lm"`, or `"auto"` (default: from the model's decoding adapter, see
-            `dllm_edit.adapters`). A form whose adapter differs from the detected one is recorded in
-            `config.dllm_edit_adapter`, so checkpoints decode as trained.
+        diffusion_attention (str): `"block_diffusion"`, `"block_diffusion_shifted"` (block diffusion
+            keeping a next-token head, as Fast-dLLM v2's conversions of autoregressive models),
+            `"bidirectional"`, `"shifted"` (Dream-style and converted autoregressive models: position
+            `j` is predicted at `j - 1`), `"masked_lm"`, or `"auto"` (default: from the model's
+            decoding adapter, see `dllm_edit.adapters`). A form whose adapter differs from the
+            detected one is recorded in `config.dllm_edit_adapter`, so checkpoints decode as trained.
         fused_lm_head (bool): compute the loss's log-likelihoods from the final hidden states and
             the output embedding, chunk by chunk over the vocabulary, instead of from `[B, T, V]`
             logits (default False). Same loss and gradients; at a 157k vocabulary it cuts the
@@ -119,8 +120,9 @@ class EditSFTConfig(SFTConfig):
         default="auto",
         metadata={
             "help": "Training attention: 'block_diffusion' (block-causal models, vectorised [x_0 ⊕ x_t]), "
-            "'bidirectional', 'shifted' (Dream-style: position j predicted at j - 1), 'masked_lm', or 'auto' "
-            "(from the model's decoding adapter).",
+            "'block_diffusion_shifted' (the same, with a next-token head), 'bidirectional', 'shifted' "
+            "(Dream-style: position j predicted at j - 1), 'masked_lm', or 'auto' (from the model's "
+            "decoding adapter).",
             "choices": ["auto", *ATTENTION_FORMS],
         },
     )

@@ -24,7 +24,13 @@ from dllm_edit.special_tokens import find_token_id
 
 from .callbacks import DecodeEvalCallback
 from .decoding_config import SavesDecodingConfig, special_ids
-from .diffusion_forward import DiffusionForward, declare_decoding_adapter, resolve_attention_form, unwrap
+from .diffusion_forward import (
+    TWO_COPY_FORMS,
+    DiffusionForward,
+    declare_decoding_adapter,
+    resolve_attention_form,
+    unwrap,
+)
 from .eos_extension import extend_to_block_end
 from .example_noise import (
     EXAMPLE_INDEX,
@@ -249,7 +255,7 @@ class EditSFTTrainer(SavesDecodingConfig, SFTTrainer):
         self, recorded: list[torch.Tensor], valid: torch.Tensor, experts: int, top_k: int
     ) -> torch.Tensor:
         """The load-balancing loss of one forward (`valid` `[B, T]`: non-padding positions of `x_t`)."""
-        tokens = torch.cat([valid, valid], dim=1) if self.attention_form == "block_diffusion" else valid
+        tokens = torch.cat([valid, valid], dim=1) if self.attention_form in TWO_COPY_FORMS else valid
         return load_balancing_loss(recorded, tokens, experts, top_k)  # over every token the forward ran
 
     # ---- dataset ------------------------------------------------------------------------------------------

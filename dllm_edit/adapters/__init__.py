@@ -40,6 +40,7 @@ from typing import Any
 from .base import ForwardSession, ModelAdapter
 from .bidirectional import ApproxCacheBidirectionalAdapter, BidirectionalAdapter
 from .block_causal import BlockCausalAdapter
+from .block_causal_shifted import BlockCausalShiftedAdapter
 from .masked_lm import MaskedLMAdapter
 from .shifted import ShiftedLogitsAdapter
 
@@ -47,6 +48,7 @@ ENTRY_POINT_GROUP = "dllm_edit.adapters"
 
 _ADAPTERS: dict[str, type[ModelAdapter]] = {
     BlockCausalAdapter.name: BlockCausalAdapter,
+    BlockCausalShiftedAdapter.name: BlockCausalShiftedAdapter,
     BidirectionalAdapter.name: BidirectionalAdapter,
     ApproxCacheBidirectionalAdapter.name: ApproxCacheBidirectionalAdapter,
     ShiftedLogitsAdapter.name: ShiftedLogitsAdapter,
@@ -225,6 +227,7 @@ __all__ = [
     "ApproxCacheBidirectionalAdapter",
     "BidirectionalAdapter",
     "BlockCausalAdapter",
+    "BlockCausalShiftedAdapter",
     "ForwardSession",
     "MaskedLMAdapter",
     "ModelAdapter",
