@@ -117,3 +117,18 @@ def test_autoregressive_baseline_rows(char_model_dir, tmp_path, capsys):
     assert "| ar | — | autoregressive | off |" in out and out_png.stat().st_size > 0
     assert main(["bench", "--model", f"x={path}", "--ar-model", f"x={path}"]) == 2
     assert "distinct" in capsys.readouterr().err
+
+
+def test_a_model_without_multi_block_editing_is_refused_before_the_grid(char_model_dir, tmp_path, capsys):
+    from transformers import AutoModelForCausalLM
+
+    path, _, tokenizer = char_model_dir
+    model = AutoModelForCausalLM.from_pretrained(path)
+    model.config.dllm_edit_adapter = "block_causal_shifted"  # decodes without multi-block editing
+    model.save_pretrained(tmp_path / "shifted")
+    tokenizer.save_pretrained(tmp_path / "shifted")
+    argv = ["bench", "--model", f"tiny={tmp_path / 'shifted'}", "--thresholds", "0.5", "--synthetic", "2"]
+    assert main([*argv, "--code", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "tiny (block_causal_shifted)" in err and "--no-mbe" in err
+    assert main([*argv, "--code", "0", "--no-mbe"]) == 0

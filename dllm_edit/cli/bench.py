@@ -90,6 +90,23 @@ def _load(pairs: list[tuple[str, str]], trust_remote_code: bool) -> dict[str, tu
     return models
 
 
+def _check_multi_block_edit(models: dict[str, Any]) -> None:
+    """Refuse, before the grid runs, a model whose adapter cannot decode its multi-block-editing half."""
+    from dllm_edit.adapters import resolve_adapter
+
+    unable = {}
+    for name, (model, _) in models.items():
+        adapter = resolve_adapter(model, None)
+        if not adapter.supports_multi_block_edit:
+            unable[name] = adapter.name
+    if unable:
+        listed = ", ".join(f"{name} ({adapter})" for name, adapter in unable.items())
+        raise ValueError(
+            f"The grid's multi-block-editing half cannot run on {listed}: the adapter has no multi-block "
+            "editing. Pass --no-mbe."
+        )
+
+
 def run(argv: Sequence[str]) -> int:
     from dllm_edit.data.builtin import builtin_rows
     from dllm_edit.evaluation import format_table, plot, tradeoff, tradeoff_settings
@@ -123,6 +140,8 @@ def run(argv: Sequence[str]) -> int:
         from dllm_edit.shipped import load_default
 
         models = {"shipped": load_default()}
+    if not args.no_mbe:
+        _check_multi_block_edit(models)
     autoregressive = _load(ar_specs, args.trust_remote_code)
     synthetic = builtin_rows("dllm_edit:synthetic", "test")[: args.synthetic]
     code = builtin_rows("dllm_edit:code", "test")[: args.code]
