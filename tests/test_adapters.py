@@ -360,22 +360,67 @@ def test_block_causal_shifted_generation_writes_the_prediction_of_the_previous_p
     assert torch.equal(dllm_edit.generate(model, ids, generation_config=cfg).sequences, out.sequences)
 
 
-def test_block_causal_shifted_refuses_multi_block_editing(llama_eager):
+@pytest.mark.parametrize("use_cache", [False, True])
+def test_block_causal_shifted_window_reads_the_review_copy_one_slot_to_the_left(llama_eager, use_cache):
+    """With multi-block editing, the window's slot j reads the review copy's output at j - 1: the
+    review copy starts one slot before the window, so its first slot reads that slot under the
+    review's view (the block-causal adapter's review of one block more gives the reference)."""
+    ids, mask = left_pad(PROMPTS)
+    layout, canvas = build_canvas(ids, mask, 4, 12, MASK, PAD)  # [B, T]
+    reference = BlockCausalAdapter().open(llama_eager, layout, use_cache=False)
+    session = BlockCausalShiftedAdapter().open(llama_eager, layout, use_cache=use_cache)
+    gen = torch.Generator().manual_seed(1)
+    for block in range(layout.first_block, layout.num_blocks):
+        window = 0 if block == layout.first_block else 1
+        span = slice((block - window) * 4, (block + 1) * 4)
+        for step in range(2):
+            if step:
+                fill = (canvas[:, span] == MASK) & (torch.rand(canvas[:, span].shape, generator=gen) < 0.5)
+                canvas[:, span] = torch.where(fill, 3 + step + block, canvas[:, span])
+            with torch.no_grad():
+                got = session.logits(canvas, block, window)  # [B, (W + 1) * 4, V]
+                wider = reference.logits(canvas, block, window + 1)  # [B, (W + 2) * 4, V]
+                previous = reference.logits(canvas, block - 1, 0)[:, -1:]  # [B, 1, V] (main view)
+                current = reference.logits(canvas, block, 0)[:, :-1]  # [B, 3, V]
+            expected = torch.cat([wider[:, 3 : 3 + window * 4], previous, current], dim=1)
+            decoded = layout.generated[:, span]  # [B, (W + 1) * 4]
+            torch.testing.assert_close(
+                got[decoded], expected[decoded], atol=1e-5, rtol=1e-5, msg=f"block {block} step {step}"
+            )
+        canvas[:, span] = torch.where(canvas[:, span] == MASK, 3 + block, canvas[:, span])
+
+
+@pytest.mark.parametrize("multi_block_edit", [False, True])
+def test_block_causal_shifted_cache_on_equals_cache_off(llama_eager, multi_block_edit):
     cfg = dllm_edit.EditGenerationConfig.from_mode(
-        "speedy", block_length=4, max_new_tokens=8, multi_block_edit=True, **IDS
+        "speedy", block_length=4, max_new_tokens=10, multi_block_edit=multi_block_edit, **IDS
     )
-    refusal = "'block_causal_shifted' adapter does not support multi-block editing"
-    with pytest.raises(ValueError, match=refusal):
-        dllm_edit.generate(
-            llama_eager, torch.tensor([[5, 6, 7]]), generation_config=cfg, adapter="block_causal_shifted"
-        )
+    for prompt in PROMPTS:
+        runs = [
+            dllm_edit.generate(
+                llama_eager,
+                torch.tensor([prompt]),
+                generation_config=cfg,
+                use_cache=use_cache,
+                adapter="block_causal_shifted",
+            )
+            for use_cache in (False, True)
+        ]
+        assert torch.equal(runs[0].sequences, runs[1].sequences)
+        assert torch.equal(runs[0].num_forwards, runs[1].num_forwards)
 
 
 @pytest.mark.parametrize("use_cache", [False, True])
-def test_block_causal_shifted_batch_equals_rows_alone(llama_eager, use_cache):
+@pytest.mark.parametrize("multi_block_edit", [False, True])
+def test_block_causal_shifted_batch_equals_rows_alone(llama_eager, use_cache, multi_block_edit):
     model = copy.deepcopy(llama_eager).double()  # float64: see test_shifted_batch_equals_rows_alone
     cfg = dllm_edit.EditGenerationConfig.from_mode(
-        "speedy", block_length=4, max_new_tokens=8, use_cache=use_cache, **IDS
+        "speedy",
+        block_length=4,
+        max_new_tokens=8,
+        use_cache=use_cache,
+        multi_block_edit=multi_block_edit,
+        **IDS,
     )
     out = assert_batch_equals_rows_alone(model, cfg, adapter="block_causal_shifted")
     assert not (out.sequences == MASK).any()

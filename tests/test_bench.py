@@ -119,16 +119,25 @@ def test_autoregressive_baseline_rows(char_model_dir, tmp_path, capsys):
     assert "distinct" in capsys.readouterr().err
 
 
-def test_a_model_without_multi_block_editing_is_refused_before_the_grid(char_model_dir, tmp_path, capsys):
+def test_a_model_without_multi_block_editing_is_refused_before_the_grid(
+    char_model_dir, tmp_path, capsys, monkeypatch
+):
     from transformers import AutoModelForCausalLM
 
+    from dllm_edit import adapters
+
+    class NoWindowAdapter(adapters.BlockCausalAdapter):  # a third-party adapter without MBE
+        name = "no_window"
+        supports_multi_block_edit = False
+
+    monkeypatch.setattr(adapters, "_ADAPTERS", {**adapters._ADAPTERS, "no_window": NoWindowAdapter})
     path, _, tokenizer = char_model_dir
     model = AutoModelForCausalLM.from_pretrained(path)
-    model.config.dllm_edit_adapter = "block_causal_shifted"  # decodes without multi-block editing
-    model.save_pretrained(tmp_path / "shifted")
-    tokenizer.save_pretrained(tmp_path / "shifted")
-    argv = ["bench", "--model", f"tiny={tmp_path / 'shifted'}", "--thresholds", "0.5", "--synthetic", "2"]
+    model.config.dllm_edit_adapter = "no_window"  # a checkpoint declaring it
+    model.save_pretrained(tmp_path / "no_window")
+    tokenizer.save_pretrained(tmp_path / "no_window")
+    argv = ["bench", "--model", f"tiny={tmp_path / 'no_window'}", "--thresholds", "0.5", "--synthetic", "2"]
     assert main([*argv, "--code", "0"]) == 2
     err = capsys.readouterr().err
-    assert "tiny (block_causal_shifted)" in err and "--no-mbe" in err
+    assert "tiny (no_window)" in err and "--no-mbe" in err
     assert main([*argv, "--code", "0", "--no-mbe"]) == 0

@@ -137,14 +137,16 @@ class _BlockCausalSession:
             crop_to(self.cache, min(self._cached(), block * self.layout.block_length))
 
     def _build_inputs(
-        self, start: int, block: int, window: int, device: torch.device
+        self, start: int, block: int, window: int, device: torch.device, review_lead: int = 0
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Query slots `[Q]`, the backend's attention mask `[R, 1, Q, K]` and position ids `[R, Q]` of a
-        forward over slots `start .. block end` (plus a review copy of `window` blocks)."""
+        forward over slots `start .. block end` (plus a review copy of `window` blocks, starting
+        `review_lead` slots before the window when `window > 0`)."""
         bl = self.layout.block_length
         block_start, block_end = block * bl, (block + 1) * bl
         main = torch.arange(start, block_end, device=device)  # [M] slots run block-causally
-        review = torch.arange(block_start - window * bl, block_start, device=device)  # [W*bl] review copy
+        review_start = block_start - window * bl - (review_lead if window else 0)
+        review = torch.arange(review_start, block_start, device=device)  # [W*bl + lead] review copy
         q_slot = torch.cat([main, review])  # [Q]
         q_sees = torch.cat([main // bl, torch.full_like(review, block)])  # [Q]
         k_slot = torch.cat([torch.arange(start, device=device), q_slot])  # [K] cache + inputs

@@ -41,8 +41,10 @@ class BlockCausalShiftedAdapter(BlockCausalAdapter):
     docstring). A row's first slot (an empty prompt) reads its own output, as `ShiftedLogitsAdapter`
     does.
 
-    Multi-block editing is not supported: a review copy of earlier blocks would need the output
-    before each reviewed block under the review's view, which no training form defines.
+    Multi-block editing reads the review copy (the window's blocks re-run seeing the active block)
+    the same way: the review copy starts one slot before the window, so the window's first slot
+    reads that slot's output under the review's view. Like the block-causal adapter's review copy,
+    that view is not one the training forms train.
 
     Not detected for any `model_type`: checkpoints trained with
     `diffusion_attention="block_diffusion_shifted"` declare it in `config.dllm_edit_adapter`, and other
@@ -60,11 +62,10 @@ class BlockCausalShiftedAdapter(BlockCausalAdapter):
         >>> session.logits(canvas, block=1, window=0)[0, :, 0]  # slots 4..7 read outputs 3..6
         tensor([3., 4., 5., 6.])
         >>> BlockCausalShiftedAdapter.supports_cache, BlockCausalShiftedAdapter.supports_multi_block_edit
-        (True, False)
+        (True, True)
     """
 
     name = "block_causal_shifted"
-    supports_multi_block_edit = False
     model_types = ()
 
     def open(
@@ -88,19 +89,20 @@ class _BlockCausalShiftedSession(_BlockCausalSession):
         super().select_rows(rows)
 
     def logits(self, canvas: torch.Tensor, block: int, window: int) -> torch.Tensor:
-        if window:
-            raise ValueError("The 'block_causal_shifted' adapter does not support multi-block editing.")
         bl = self.layout.block_length
         block_start, block_end = block * bl, (block + 1) * bl
         start = self._cached()
-        key = (start, block, 0)
+        lead = 1 if window and block_start - window * bl > 0 else 0  # the slot before the window
+        key = (start, block, window)
         if key != self._inputs_key:  # built once per block (and once more for its first step)
-            self._inputs = self._build_inputs(start, block, 0, canvas.device)
+            self._inputs = self._build_inputs(start, block, window, canvas.device, review_lead=lead)
             self._inputs_key = key
         assert self._inputs is not None
-        _, mask, positions = self._inputs
+        q_slot, mask, positions = self._inputs
         rows_canvas = canvas if self.all_rows else canvas[self.rows]  # [R, T]
-        kwargs: dict[str, Any] = {"input_ids": rows_canvas[:, start:block_end], "attention_mask": mask}
+        # [R, Q]; without a review copy q_slot is a range: a slice, no gather
+        input_ids = rows_canvas[:, start:block_end] if window == 0 else rows_canvas[:, q_slot]
+        kwargs: dict[str, Any] = {"input_ids": input_ids, "attention_mask": mask}
         if positions is not None:
             kwargs["position_ids"] = positions
         if self.cache is not None:
@@ -108,15 +110,17 @@ class _BlockCausalShiftedSession(_BlockCausalSession):
             kwargs["use_cache"] = True
         else:
             kwargs["use_cache"] = False
-        # the outputs at slots `first .. block_end - 1`: the active block and, when this forward runs
-        # it, the slot before the block
+        # outputs at slots `first .. block_end - 1` (the active block and, when this forward runs it,
+        # the slot before it), then the review copy's
         first = max(block_start - 1, start)
-        keep = block_end - first
+        reviewed = window * bl + lead  # review rows, slots `block_start - reviewed .. block_start - 1`
+        keep = block_end - first + reviewed
         if self.pass_logits_to_keep:
             kwargs["logits_to_keep"] = keep
         outputs = self._forward(kwargs)[:, -keep:]  # [R, keep, V]
         if self.cache is not None:
             crop_to(self.cache, block_start)
+        review, outputs = outputs[:, keep - reviewed :], outputs[:, : keep - reviewed]
         if block_start > 0 and first == block_start - 1:
             self._boundary, self._boundary_block = outputs[:, 0], block  # [R, V]
         elif block_start > 0:  # the previous block is cached: its last output was kept
@@ -127,6 +131,14 @@ class _BlockCausalShiftedSession(_BlockCausalSession):
                 )
             outputs = torch.cat([self._boundary[:, None], outputs], dim=1)  # [R, bl + 1, V]
             first = block_start - 1
-        slots = torch.arange(block_start, block_end, device=canvas.device)  # [bl]
         row_first = self.layout.offsets.to(canvas.device)[self.rows]  # [R] each row's own slot 0
-        return previous_position_outputs(outputs, row_first - first, slots - first)  # [R, bl, V]
+        slots = torch.arange(block_start, block_end, device=canvas.device)  # [bl]
+        active = previous_position_outputs(outputs, row_first - first, slots - first)  # [R, bl, V]
+        if window == 0:
+            return active
+        review_start = block_start - reviewed
+        window_slots = torch.arange(block_start - window * bl, block_start, device=canvas.device)  # [W*bl]
+        # a row starting after the window (left padding) has no slot there: clamp its first slot in range
+        review_first = (row_first - review_start).clamp(max=reviewed - 1)  # [R]
+        earlier = previous_position_outputs(review, review_first, window_slots - review_start)  # [R, W*bl, V]
+        return torch.cat([earlier, active], dim=1)  # [R, W*bl + bl, V]
