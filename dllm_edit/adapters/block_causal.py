@@ -161,13 +161,18 @@ class _BlockCausalSession:
             positions = all_positions[:, q_slot]  # [R, Q]
         return q_slot, mask, positions
 
-    def logits(self, canvas: torch.Tensor, block: int, window: int) -> torch.Tensor:
+    def run_forward(
+        self, canvas: torch.Tensor, block: int, window: int, keep: int, review_lead: int = 0
+    ) -> torch.Tensor:
+        """One forward over the slots not yet cached up to the end of `block` (plus a review copy of
+        `window` blocks, from `review_lead` slots before the window); returns the outputs of its last
+        `keep` query slots `[R, keep, V]` and crops the cache back to the finished blocks."""
         bl = self.layout.block_length
         block_start = block * bl
         start = self._cached()
         key = (start, block, window)
         if key != self._inputs_key:  # built once per block (and once more for its first step)
-            self._inputs = self._build_inputs(start, block, window, canvas.device)
+            self._inputs = self._build_inputs(start, block, window, canvas.device, review_lead)
             self._inputs_key = key
         assert self._inputs is not None
         q_slot, mask, positions = self._inputs
@@ -182,12 +187,16 @@ class _BlockCausalSession:
             kwargs["use_cache"] = True
         else:
             kwargs["use_cache"] = False
-        keep = bl + window * bl
         if self.pass_logits_to_keep:
             kwargs["logits_to_keep"] = keep
-        logits = self._forward(kwargs)[:, -keep:]  # [R, bl + W*bl, V]
+        outputs = self._forward(kwargs)[:, -keep:]  # [R, keep, V]
         if self.cache is not None:
             crop_to(self.cache, block_start)
+        return outputs
+
+    def logits(self, canvas: torch.Tensor, block: int, window: int) -> torch.Tensor:
+        bl = self.layout.block_length
+        logits = self.run_forward(canvas, block, window, keep=bl + window * bl)  # [R, bl + W*bl, V]
         if window == 0:
             return logits  # [R, bl, V]
         # reorder to span order: window (from the review copy) then the active block

@@ -27,7 +27,6 @@ import torch
 from dllm_edit.layout import CanvasLayout
 
 from .block_causal import BlockCausalAdapter, _BlockCausalSession, compiled_forward
-from .cache import crop_to
 from .shifted import previous_position_outputs
 
 
@@ -91,36 +90,14 @@ class _BlockCausalShiftedSession(_BlockCausalSession):
     def logits(self, canvas: torch.Tensor, block: int, window: int) -> torch.Tensor:
         bl = self.layout.block_length
         block_start, block_end = block * bl, (block + 1) * bl
-        start = self._cached()
         lead = 1 if window and block_start - window * bl > 0 else 0  # the slot before the window
-        key = (start, block, window)
-        if key != self._inputs_key:  # built once per block (and once more for its first step)
-            self._inputs = self._build_inputs(start, block, window, canvas.device, review_lead=lead)
-            self._inputs_key = key
-        assert self._inputs is not None
-        q_slot, mask, positions = self._inputs
-        rows_canvas = canvas if self.all_rows else canvas[self.rows]  # [R, T]
-        # [R, Q]; without a review copy q_slot is a range: a slice, no gather
-        input_ids = rows_canvas[:, start:block_end] if window == 0 else rows_canvas[:, q_slot]
-        kwargs: dict[str, Any] = {"input_ids": input_ids, "attention_mask": mask}
-        if positions is not None:
-            kwargs["position_ids"] = positions
-        if self.cache is not None:
-            kwargs[self.cache_kwarg] = self.cache
-            kwargs["use_cache"] = True
-        else:
-            kwargs["use_cache"] = False
         # outputs at slots `first .. block_end - 1` (the active block and, when this forward runs it,
         # the slot before it), then the review copy's
-        first = max(block_start - 1, start)
+        first = max(block_start - 1, self._cached())
         reviewed = window * bl + lead  # review rows, slots `block_start - reviewed .. block_start - 1`
-        keep = block_end - first + reviewed
-        if self.pass_logits_to_keep:
-            kwargs["logits_to_keep"] = keep
-        outputs = self._forward(kwargs)[:, -keep:]  # [R, keep, V]
-        if self.cache is not None:
-            crop_to(self.cache, block_start)
-        review, outputs = outputs[:, keep - reviewed :], outputs[:, : keep - reviewed]
+        main = block_end - first
+        outputs = self.run_forward(canvas, block, window, keep=main + reviewed, review_lead=lead)
+        outputs, review = outputs[:, :main], outputs[:, main:]  # [R, main, V], [R, reviewed, V]
         if block_start > 0 and first == block_start - 1:
             self._boundary, self._boundary_block = outputs[:, 0], block  # [R, V]
         elif block_start > 0:  # the previous block is cached: its last output was kept
