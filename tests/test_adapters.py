@@ -304,29 +304,37 @@ def test_shifted_batch_equals_rows_alone(dream_qwen2, mode, block_start):
 # block-causal shifted logits
 
 
+@pytest.mark.parametrize("max_window", [0, 1])
 @pytest.mark.parametrize("use_cache", [False, True])
-def test_block_causal_shifted_reads_the_block_causal_output_one_slot_to_the_left(llama_eager, use_cache):
+def test_block_causal_shifted_reads_the_block_causal_output_one_slot_to_the_left(
+    llama_eager, use_cache, max_window
+):
     """Slot j of the active block reads the block-causal output at j - 1; a block's first slot reads
     the previous block's last output, kept from the block's first step when the cache holds the
-    previous block (the later steps run the active block alone)."""
+    previous block (the later steps run the active block alone). With multi-block editing, the
+    window's slot j reads the review copy's output at j - 1: the review copy starts one slot before
+    the window, so its first slot reads that slot under the review's view (the block-causal
+    adapter's review of one block more gives the reference)."""
     ids, mask = left_pad(PROMPTS)
     layout, canvas = build_canvas(ids, mask, 4, 12, MASK, PAD)  # [B, T]
     reference = BlockCausalAdapter().open(llama_eager, layout, use_cache=False)
     session = BlockCausalShiftedAdapter().open(llama_eager, layout, use_cache=use_cache)
     gen = torch.Generator().manual_seed(0)
     for block in range(layout.first_block, layout.num_blocks):
-        span = slice(block * 4, (block + 1) * 4)
+        window = min(max_window, block - layout.first_block)
+        span = slice((block - window) * 4, (block + 1) * 4)
         for step in range(3):  # the block's first step, then two steps writing more of it
             if step:
-                written = torch.randint(3, VOCAB - 2, (canvas.shape[0], 4), generator=gen)
-                fill = (canvas[:, span] == MASK) & (torch.rand(canvas.shape[0], 4, generator=gen) < 0.5)
+                written = torch.randint(3, VOCAB - 2, canvas[:, span].shape, generator=gen)
+                fill = (canvas[:, span] == MASK) & (torch.rand(canvas[:, span].shape, generator=gen) < 0.5)
                 canvas[:, span] = torch.where(fill, written, canvas[:, span])
             with torch.no_grad():
-                got = session.logits(canvas, block, 0)  # [B, 4, V]
-                previous = reference.logits(canvas, block - 1, 0)[:, -1:]  # [B, 1, V]
+                got = session.logits(canvas, block, window)  # [B, (W + 1) * 4, V]
+                wider = reference.logits(canvas, block, window + 1)  # [B, (W + 2) * 4, V]
+                previous = reference.logits(canvas, block - 1, 0)[:, -1:]  # [B, 1, V] (main view)
                 current = reference.logits(canvas, block, 0)[:, :-1]  # [B, 3, V]
-            expected = torch.cat([previous, current], dim=1)
-            decoded = layout.generated[:, span]  # [B, 4] (a row's first slot reads itself instead)
+            expected = torch.cat([wider[:, 3 : 3 + window * 4], previous, current], dim=1)
+            decoded = layout.generated[:, span]  # [B, (W + 1) * 4] (a row's first slot reads itself)
             torch.testing.assert_close(
                 got[decoded], expected[decoded], atol=1e-5, rtol=1e-5, msg=f"block {block} step {step}"
             )
@@ -358,36 +366,6 @@ def test_block_causal_shifted_generation_writes_the_prediction_of_the_previous_p
     model.config.dllm_edit_adapter = "block_causal_shifted"  # a checkpoint declaring it
     assert isinstance(resolve_adapter(model, None), BlockCausalShiftedAdapter)
     assert torch.equal(dllm_edit.generate(model, ids, generation_config=cfg).sequences, out.sequences)
-
-
-@pytest.mark.parametrize("use_cache", [False, True])
-def test_block_causal_shifted_window_reads_the_review_copy_one_slot_to_the_left(llama_eager, use_cache):
-    """With multi-block editing, the window's slot j reads the review copy's output at j - 1: the
-    review copy starts one slot before the window, so its first slot reads that slot under the
-    review's view (the block-causal adapter's review of one block more gives the reference)."""
-    ids, mask = left_pad(PROMPTS)
-    layout, canvas = build_canvas(ids, mask, 4, 12, MASK, PAD)  # [B, T]
-    reference = BlockCausalAdapter().open(llama_eager, layout, use_cache=False)
-    session = BlockCausalShiftedAdapter().open(llama_eager, layout, use_cache=use_cache)
-    gen = torch.Generator().manual_seed(1)
-    for block in range(layout.first_block, layout.num_blocks):
-        window = 0 if block == layout.first_block else 1
-        span = slice((block - window) * 4, (block + 1) * 4)
-        for step in range(2):
-            if step:
-                fill = (canvas[:, span] == MASK) & (torch.rand(canvas[:, span].shape, generator=gen) < 0.5)
-                canvas[:, span] = torch.where(fill, 3 + step + block, canvas[:, span])
-            with torch.no_grad():
-                got = session.logits(canvas, block, window)  # [B, (W + 1) * 4, V]
-                wider = reference.logits(canvas, block, window + 1)  # [B, (W + 2) * 4, V]
-                previous = reference.logits(canvas, block - 1, 0)[:, -1:]  # [B, 1, V] (main view)
-                current = reference.logits(canvas, block, 0)[:, :-1]  # [B, 3, V]
-            expected = torch.cat([wider[:, 3 : 3 + window * 4], previous, current], dim=1)
-            decoded = layout.generated[:, span]  # [B, (W + 1) * 4]
-            torch.testing.assert_close(
-                got[decoded], expected[decoded], atol=1e-5, rtol=1e-5, msg=f"block {block} step {step}"
-            )
-        canvas[:, span] = torch.where(canvas[:, span] == MASK, 3 + block, canvas[:, span])
 
 
 @pytest.mark.parametrize("multi_block_edit", [False, True])

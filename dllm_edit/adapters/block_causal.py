@@ -141,11 +141,11 @@ class _BlockCausalSession:
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Query slots `[Q]`, the backend's attention mask `[R, 1, Q, K]` and position ids `[R, Q]` of a
         forward over slots `start .. block end` (plus a review copy of `window` blocks, starting
-        `review_lead` slots before the window when `window > 0`)."""
+        `review_lead` slots before the window; 0 without a window)."""
         bl = self.layout.block_length
         block_start, block_end = block * bl, (block + 1) * bl
         main = torch.arange(start, block_end, device=device)  # [M] slots run block-causally
-        review_start = block_start - window * bl - (review_lead if window else 0)
+        review_start = block_start - window * bl - review_lead
         review = torch.arange(review_start, block_start, device=device)  # [W*bl + lead] review copy
         q_slot = torch.cat([main, review])  # [Q]
         q_sees = torch.cat([main // bl, torch.full_like(review, block)])  # [Q]
