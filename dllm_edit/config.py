@@ -533,17 +533,27 @@ class EditGenerationConfig(GenerationConfig):
         return cap if isinstance(cap, int) else None
 
     # ------------------------------------------------------------------ serving export
-    def to_sglang(self, *, architecture: str | None = None, allow_approximate: bool = False) -> Any:
+    def to_sglang(
+        self,
+        *,
+        architecture: str | None = None,
+        adapter: str | None = None,
+        allow_approximate: bool = False,
+    ) -> Any:
         """These settings as SGLang's JointThreshold config (`dllm_edit.sglang.SGLangExport`).
 
         Args:
             architecture: the model's architecture (`config.architectures[0]`), checked against the
                 ones SGLang serves; None skips the check.
+            adapter: the dllm_edit adapter the model decodes with (`dllm_edit.adapters.detect_adapter`);
+                one with shifted logits (`"shifted"`, `"block_causal_shifted"`) is refused even with
+                `allow_approximate`, since SGLang would decode other tokens. None skips the check.
             allow_approximate: drop what SGLang cannot express, warning once per setting, instead
                 of raising.
 
         Raises:
-            dllm_edit.sglang.SGLangExportError: a setting SGLang cannot express (a ValueError).
+            dllm_edit.sglang.SGLangExportError: a setting SGLang cannot express, or a model whose
+                logits SGLang would read at the wrong position (a ValueError).
 
         Examples:
             >>> cfg = EditGenerationConfig.from_mode("quality", editing_threshold=None)
@@ -552,7 +562,9 @@ class EditGenerationConfig(GenerationConfig):
         """
         from dllm_edit.sglang import export_sglang
 
-        return export_sglang(self, architecture=architecture, allow_approximate=allow_approximate)
+        return export_sglang(
+            self, architecture=architecture, adapter=adapter, allow_approximate=allow_approximate
+        )
 
     # ------------------------------------------------------------------ serialisation
     def to_dict(self) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import warnings
 
 import pytest
@@ -130,3 +131,27 @@ def test_cli_refuses_and_names_the_setting(tmp_path, capsys):
     )
     assert main([*argv, "--set", "treshold=0.5"]) == 2
     assert "threshold" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("config", "refused"),
+    [
+        ({"model_type": "llama", "dllm_edit_adapter": "block_causal_shifted"}, True),  # declared
+        ({"model_type": "dream"}, True),  # detected by model_type
+        ({"model_type": "llama"}, False),  # block-causal: the logits SGLang reads
+    ],
+)
+def test_export_refuses_a_model_with_shifted_logits(tmp_path, capsys, config, refused):
+    """A checkpoint whose prediction for position j is its output at j - 1 would decode other tokens
+    under JointThreshold: refused even with --allow-approximate (not a setting that can be dropped)."""
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text(json.dumps({"architectures": ["LLaDA2MoeModelLM"], **config}))
+    argv = ["export", "sglang", "--model", str(model_dir), "--out", str(tmp_path / "out")]
+    assert main([*argv, "--allow-approximate"]) == (2 if refused else 0)
+    err = capsys.readouterr().err
+    assert ("output at j - 1" in err) is refused
+    cfg = EditGenerationConfig.from_mode("speedy")
+    with pytest.raises(SGLangExportError, match="the 'shifted' adapter"):
+        cfg.to_sglang(adapter="shifted", allow_approximate=True)
+    assert cfg.to_sglang(adapter="block_causal").algorithm_config["block_size"] == 32

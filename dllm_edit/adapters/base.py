@@ -41,6 +41,9 @@ class ModelAdapter:
             `"absolute"` (LLaDA2.x) or `"prompt_end"` (LLaDA-1, Dream); see docs/concepts/canvas.md.
         block_starts: the block origins the adapter can decode with.
         block_start_refusal: why the origins missing from `block_starts` are refused (for the error).
+        shifted_logits: the prediction for position `j` is the model's output at `j - 1` (a
+            next-token head, as Dream); engines that read position `j`'s own logits (SGLang's
+            JointThreshold) would decode other tokens.
     """
 
     name: ClassVar[str] = ""
@@ -52,6 +55,7 @@ class ModelAdapter:
     default_block_start: ClassVar[str] = "absolute"
     block_starts: ClassVar[tuple[str, ...]] = BLOCK_STARTS
     block_start_refusal: ClassVar[str] = ""
+    shifted_logits: ClassVar[bool] = False
 
     def resolve_block_start(self, block_start: str | None) -> str:
         """The block origin of a run: `block_start`, or the adapter's default when it is None.

@@ -65,6 +65,7 @@ class BlockCausalShiftedAdapter(BlockCausalAdapter):
     """
 
     name = "block_causal_shifted"
+    shifted_logits = True
     model_types = ()
 
     def open(

@@ -80,6 +80,7 @@ class ShiftedLogitsAdapter(ModelAdapter):
     """
 
     name = "shifted"
+    shifted_logits = True
     supports_cache = False
     default_use_cache = False
     supports_multi_block_edit = True

@@ -59,12 +59,26 @@ def _overrides(pairs: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-def _architecture(model: str) -> str | None:
+def _model_config(model: str) -> dict[str, Any] | None:
     config = Path(model).expanduser() / "config.json"
-    if not config.is_file():
+    return json.loads(config.read_text()) if config.is_file() else None
+
+
+def _architecture(config: dict[str, Any] | None) -> str | None:
+    if config is None:
         return None
-    architectures = json.loads(config.read_text()).get("architectures") or [None]
-    return architectures[0]
+    return (config.get("architectures") or [None])[0]
+
+
+def _adapter(config: dict[str, Any] | None) -> str | None:
+    """The adapter dllm_edit detects for a checkpoint's config.json (declared, or by model_type)."""
+    if config is None:
+        return None
+    from types import SimpleNamespace
+
+    from dllm_edit.adapters import detect_adapter
+
+    return detect_adapter(SimpleNamespace(config=SimpleNamespace(**config)))
 
 
 def run(argv: Sequence[str]) -> int:
@@ -82,10 +96,13 @@ def run(argv: Sequence[str]) -> int:
     from dllm_edit.config import EditGenerationConfig
 
     config = EditGenerationConfig.from_mode(ns.mode, **_overrides(ns.set))
-    architecture = ns.architecture or _architecture(ns.model)
+    model_config = _model_config(ns.model)
+    architecture = ns.architecture or _architecture(model_config)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        export = config.to_sglang(architecture=architecture, allow_approximate=ns.allow_approximate)
+        export = config.to_sglang(
+            architecture=architecture, adapter=_adapter(model_config), allow_approximate=ns.allow_approximate
+        )
     for warning in caught:
         print(f"warning: {warning.message}")
     out = Path(ns.out)
