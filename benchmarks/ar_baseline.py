@@ -2,14 +2,20 @@
 
 What a user would otherwise pick is an ordinary causal LM of the same size, trained on the same data
 and decoded with plain `model.generate`. This script reads a `dllm-edit sft` recipe (by default the
-shipped model's), keeps what defines the budget — starting model, dataset, steps, batch size, maximum
-length, optimiser, schedule, seed — and trains with TRL's own `SFTTrainer` (next-token loss on the
-completion, causal attention) instead of the edit-aware objective. The trade-off benchmark then
-compares it with `--ar-model`:
+from-scratch one, default_model_from_scratch.yaml), keeps what defines the budget — starting model,
+dataset, steps, batch size, maximum length, optimiser, schedule, seed — and trains with TRL's own
+`SFTTrainer` (next-token loss on the completion, causal attention) instead of the edit-aware
+objective. The trade-off benchmark then compares it with `--ar-model`:
 
     python benchmarks/ar_baseline.py                       # -> runs/default-model-ar
     dllm-edit bench --model edit=runs/default-model --model m2t=runs/default-model-m2t \\
         --ar-model ar=runs/default-model-ar --plot tradeoff.png
+
+It is also stage 1 of the shipped model's recipe (an autoregressive start, then the conversion):
+
+    python benchmarks/ar_baseline.py --config examples/recipes/default_model_ar_stage.yaml \\
+        --output_dir runs/ar-small-1200
+    dllm-edit sft --config examples/recipes/default_model.yaml
 
 Later `--key value` pairs override the recipe (`--model_name_or_path dllm_edit:init/tiny`) or set any
 `SFTConfig` field (`--max_steps 50`).
@@ -21,6 +27,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -43,7 +50,9 @@ SHARED_FIELDS = (
     "seed",
     "report_to",
 )
-DEFAULT_RECIPE = Path(__file__).resolve().parents[1] / "examples" / "recipes" / "default_model.yaml"
+DEFAULT_RECIPE = (
+    Path(__file__).resolve().parents[1] / "examples" / "recipes" / "default_model_from_scratch.yaml"
+)
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -53,10 +62,9 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     return parser.parse_known_args(argv)
 
 
-def main(argv: list[str]) -> int:
-    from trl import SFTConfig, SFTTrainer
-
-    from dllm_edit.cli.loading import load_dataset_arg, load_model_and_tokenizer
+def load_config(argv: list[str]) -> tuple[argparse.Namespace, dict, Any]:
+    """The options, the recipe (with overrides applied) and the `SFTConfig` this run trains with."""
+    from trl import SFTConfig
 
     args, overrides = parse_args(argv)
     recipe = yaml.safe_load(Path(args.config).read_text())
@@ -64,9 +72,11 @@ def main(argv: list[str]) -> int:
         raise ValueError(
             f"--config {args.config!r} must be a recipe with model_name_or_path and dataset_name."
         )
+    if len(overrides) % 2:
+        raise ValueError(f"Expected --key value pairs after the options, got {overrides!r} (odd count).")
     fields = {k: recipe[k] for k in SHARED_FIELDS if k in recipe}
     # later `--key value` pairs override the recipe, as with `dllm-edit sft`
-    for key, value in zip(overrides[::2], overrides[1::2], strict=False):
+    for key, value in zip(overrides[::2], overrides[1::2], strict=True):
         if not key.startswith("--"):
             raise ValueError(f"Expected --key value pairs after the options, got {key!r}.")
         name = key[2:]
@@ -74,8 +84,15 @@ def main(argv: list[str]) -> int:
             recipe[name] = value
         else:
             fields[name] = yaml.safe_load(value)
-    config = SFTConfig(output_dir=args.output_dir, completion_only_loss=True, **fields)
+    return args, recipe, SFTConfig(output_dir=args.output_dir, completion_only_loss=True, **fields)
 
+
+def main(argv: list[str]) -> int:
+    from trl import SFTTrainer
+
+    from dllm_edit.cli.loading import load_dataset_arg, load_model_and_tokenizer
+
+    args, recipe, config = load_config(argv)
     model, tokenizer = load_model_and_tokenizer(recipe["model_name_or_path"])
     train = load_dataset_arg(recipe["dataset_name"], None, recipe.get("dataset_train_split", "train"))
     train = train.select_columns(["prompt", "completion"])

@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 pytest.importorskip("trl")
 
@@ -148,7 +149,14 @@ def test_pinned_memory_is_off_without_an_accelerator(tmp_path, tiny_model_dir):
 
 
 @pytest.mark.parametrize(
-    "name", ["default_model", "default_model_m2t", "default_model_on_policy", "default_model_no_on_policy"]
+    "name",
+    [
+        "default_model",
+        "default_model_from_scratch",
+        "default_model_m2t",
+        "default_model_on_policy",
+        "default_model_no_on_policy",
+    ],
 )
 def test_shipped_model_recipes_parse(name, tmp_path):
     # the long recipes are not run in CI: their every field must still parse and validate
@@ -158,7 +166,11 @@ def test_shipped_model_recipes_parse(name, tmp_path):
     _, config, model = build_parser().parse_args_and_config(
         args=["--config", str(recipe), "--output_dir", str(tmp_path)]
     )
-    assert model.model_name_or_path == "dllm_edit:init/small"
+    if name == "default_model":  # stage 2 of the shipped recipe: the conversion of the AR stage
+        assert model.model_name_or_path == "runs/ar-small-1200"
+        assert config.diffusion_attention == "block_diffusion_shifted"
+    else:
+        assert model.model_name_or_path == "dllm_edit:init/small"
     assert config.block_length == 32 and config.max_length % config.block_length == 0
     if name == "default_model_on_policy":  # the measured on-policy retrain of the shipped model
         assert config.on_policy_rate > 0 and config.on_policy_confidence == 0.0
@@ -237,14 +249,45 @@ def test_a_recipe_resumes_with_true(tmp_path, tiny_model_dir, capsys):
     assert (out / "checkpoint-1" / "trainer_state.json").stat().st_mtime_ns == first
 
 
+def test_the_shipped_recipes_ar_stage_is_the_checkpoint_stage_two_starts_from(tmp_path):
+    """Stage 1 (`benchmarks/ar_baseline.py --config default_model_ar_stage.yaml`): every field of the
+    file reaches TRL's SFTConfig, and its documented output folder is stage 2's starting model."""
+    import runpy
+
+    script = Path(__file__).parents[1] / "benchmarks" / "ar_baseline.py"
+    load_config = runpy.run_path(str(script))["load_config"]
+    stage_one = RECIPE.parent / "default_model_ar_stage.yaml"
+    fields = yaml.safe_load(stage_one.read_text())
+    _, recipe, config = load_config(["--config", str(stage_one), "--output_dir", str(tmp_path)])
+    assert recipe["model_name_or_path"] == "dllm_edit:init/small"
+    for name, value in fields.items():  # nothing in the file is ignored
+        if name in ("model_name_or_path", "dataset_name", "dataset_train_split"):
+            continue
+        expected = [] if (name, value) == ("report_to", "none") else value  # TrainingArguments' spelling
+        assert getattr(config, name) == expected, name
+    assert (config.max_steps, config.seed, config.completion_only_loss) == (1200, 0, True)
+    stage_two = yaml.safe_load((RECIPE.parent / "default_model.yaml").read_text())
+    stage_one_output = stage_two["model_name_or_path"]
+    command = f"--config examples/recipes/default_model_ar_stage.yaml --output_dir {stage_one_output}"
+    assert command in stage_one.read_text()
+    assert command in (RECIPE.parent / "default_model.yaml").read_text()
+    with pytest.raises(ValueError, match="odd count"):
+        load_config(["--config", str(stage_one), "--max_steps"])
+
+
 @pytest.mark.parametrize(
     "recipe",
-    sorted((Path(__file__).parents[1] / "examples" / "recipes").glob("*.yaml")),
+    sorted(
+        p
+        for p in (Path(__file__).parents[1] / "examples" / "recipes").glob("*.yaml")
+        if "ar_stage" not in p.name
+    ),
     ids=lambda path: path.name,
 )
 def test_every_committed_recipe_parses_into_its_config(recipe):
     """Each recipe under examples/recipes/ is a valid config of its command: no unknown or refused
-    field, no value out of range (the configs' `__post_init__` checks), nothing loaded or trained."""
+    field, no value out of range (the configs' `__post_init__` checks), nothing loaded or trained.
+    The AR stage (read by benchmarks/ar_baseline.py) has its own test above."""
     from dllm_edit.cli import ebpo, sft
 
     command = ebpo if recipe.name.startswith("ebpo") else sft
