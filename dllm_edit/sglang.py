@@ -101,18 +101,6 @@ def export_sglang(
     allow_approximate: bool = False,
 ) -> SGLangExport:
     """The JointThreshold settings of `config` (see `EditGenerationConfig.to_sglang`)."""
-    if adapter is not None:
-        from dllm_edit.adapters import get_adapter_class
-
-        if get_adapter_class(adapter).shifted_logits:
-            # not a setting to drop: the server would decode other tokens, so allow_approximate
-            # does not apply
-            raise SGLangExportError(
-                f"The model decodes with the {adapter!r} adapter: its prediction for position j is its "
-                "output at j - 1 (a next-token head), and SGLang's JointThreshold reads position j's "
-                "own logits, so the server would decode other tokens than dllm_edit. Serve this model "
-                "with dllm_edit (dllm_edit.generate, `dllm-edit generate`, the lm-eval bridge) instead."
-            )
     problems: list[str] = []
     threshold = _constant("threshold", config.threshold, problems)
     editing = config.editing_threshold
@@ -153,6 +141,19 @@ def export_sglang(
             f"architecture {architecture!r} is not one SGLang's JointThreshold serves "
             f"{list(SGLANG_ARCHITECTURES)}"
         )
+    if adapter is not None:
+        from dllm_edit.adapters import get_adapter_class
+
+        if get_adapter_class(adapter).shifted_logits:
+            # not a setting that can be dropped: the server would decode other tokens, so
+            # allow_approximate does not apply
+            raise SGLangExportError(
+                f"The model decodes with the {adapter!r} adapter: its prediction for position j is its "
+                "output at j - 1 (a next-token head), and SGLang's JointThreshold reads position j's "
+                "own logits, so the server would decode other tokens than dllm_edit. Serve this model "
+                "with dllm_edit (dllm_edit.generate, `dllm-edit generate`, the lm-eval bridge) instead."
+                + (f" Besides, JointThreshold cannot express: {'; '.join(problems)}." if problems else "")
+            )
     if problems and not allow_approximate:
         raise SGLangExportError(
             "SGLang's JointThreshold cannot express: "

@@ -120,10 +120,13 @@ def test_cli_writes_the_yaml_and_the_launch_command(tmp_path, capsys):
 
 
 def test_cli_refuses_and_names_the_setting(tmp_path, capsys):
-    from dllm_edit import DEFAULT_MODEL_DIR
-
-    argv = ["export", "sglang", "--model", str(DEFAULT_MODEL_DIR), "--out", str(tmp_path)]
-    assert main(argv) == 2  # the shipped model is a Llama, not an architecture SGLang serves
+    model_dir = tmp_path / "llama"  # a Llama whose logits SGLang would read right, but not a served one
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text(
+        json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama"})
+    )
+    argv = ["export", "sglang", "--model", str(model_dir), "--out", str(tmp_path / "out")]
+    assert main(argv) == 2
     assert "LlamaForCausalLM" in capsys.readouterr().err
     assert main([*argv, "--allow-approximate"]) == 0
     assert (
@@ -131,6 +134,18 @@ def test_cli_refuses_and_names_the_setting(tmp_path, capsys):
     )
     assert main([*argv, "--set", "treshold=0.5"]) == 2
     assert "threshold" in capsys.readouterr().err
+
+
+def test_cli_refuses_the_shipped_model_whatever_the_flags(tmp_path, capsys):
+    # it declares the block_causal_shifted adapter (a next-token head): no export can serve it right
+    from dllm_edit import DEFAULT_MODEL_DIR
+
+    argv = ["export", "sglang", "--model", str(DEFAULT_MODEL_DIR), "--out", str(tmp_path)]
+    for flags in ([], ["--allow-approximate"]):
+        assert main([*argv, *flags]) == 2
+        err = capsys.readouterr().err
+        assert "'block_causal_shifted' adapter" in err and "LlamaForCausalLM" in err  # every reason
+    assert not (tmp_path / "joint_threshold.yaml").exists()
 
 
 @pytest.mark.parametrize(
