@@ -27,6 +27,7 @@ import shutil
 from pathlib import Path
 
 import torch
+import yaml
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from verify_confidence import decode_traced_batch, draft_fates, fate_table
 
@@ -162,6 +163,7 @@ def main() -> None:
     tokenizer_config.write_text(json.dumps(fields, indent=2) + "\n")
     recipes = Path(__file__).parents[1] / "examples" / "recipes"
     stage_one, stage_two = ((recipes / name).read_text() for name in RECIPE_FILES)
+    stage_one_output = yaml.safe_load(stage_two)["model_name_or_path"]  # stage 2 starts where 1 saved
     trained = f"{args.train_seconds / 60:.0f} minutes" if args.train_seconds else "not recorded"
     declared = getattr(model.config, "dllm_edit_adapter", None)
     adapter = f" with the `{declared}` adapter (declared in config.json)" if declared else ""
@@ -209,7 +211,7 @@ transformers 4.57 and 5.x (`AutoModelForCausalLM`, `AutoTokenizer`; no remote co
 Two stages, both committed under `examples/recipes/` and quoted here as they are.
 
 Stage 1 (`examples/recipes/{RECIPE_FILES[0]}`), the autoregressive start:
-`python benchmarks/ar_baseline.py --config examples/recipes/{RECIPE_FILES[0]} --output_dir runs/ar-small-1200`
+`python benchmarks/ar_baseline.py --config examples/recipes/{RECIPE_FILES[0]} --output_dir {stage_one_output}`
 
 ```yaml
 {stage_one}```
