@@ -9,12 +9,16 @@ Data flow per step (see docs/concepts/decoding.md):
     block-end rule per row (post steps, cap), EOS stop per row after each block
 
 Rows are decoded in lockstep over global blocks; a row that has finished its block (or its whole
-completion) is frozen and stops counting forwards. There is no Python loop over rows and no
-per-row `.item()` inside a step. The loop reads the device once per step: one small tensor at the
-top of the step says whether any row is still active, whether the previous step produced a NaN/inf
-candidate probability, and (multi-block editing) the first window slot it edited. The adapter, the
-proposer and a streamer may read more (the block-causal adapter does not; `nonzero` once per block
-selects the decoding rows).
+completion) is frozen and stops counting forwards. A row that will not decode again (its last
+block has ended, or the EOS stop will end it after this block) also leaves the forward batch at
+once, so a row still editing does not make the batch compute the finished ones; a row with a later
+block stays in the batch until the block ends (the cache holds the rows of one batch). There is no
+Python loop over rows and no per-row `.item()` inside a step. The loop reads the device once per
+step: one small tensor at the top of the step says whether any row is still active, whether the
+previous step produced a NaN/inf candidate probability, (multi-block editing) the first window
+slot it edited, and whether rows leave the batch. The adapter, the proposer and a streamer may read
+more (the block-causal adapter does not; `nonzero` selects the decoding rows once per block and
+once more on a step where rows leave).
 """
 
 from __future__ import annotations
@@ -267,6 +271,7 @@ def _decode(
     num_edits = torch.zeros(batch, dtype=torch.long, device=device)  # [B]
     finished = torch.zeros(batch, dtype=torch.bool, device=device)  # [B] stopped at EOS
     trace: list[StepRecord] | None = [] if config.output_trace else None
+    eos_stop = bool(config.eos_early_stop and special.eos)
 
     for block in range(layout.first_block, layout.num_blocks):
         block_index = block - layout.first_block
@@ -278,6 +283,8 @@ def _decode(
         rows = active.nonzero().flatten()  # [R] rows that still decode: the others leave the forward batch
         all_rows = rows.numel() == batch  # then no per-step gather / scatter of rows
         session.select_rows(rows)
+        in_forward = active.clone()  # [B] rows the session's forwards compute
+        last_block = ~layout.rows_in_block(block + 1)  # [B] rows whose own canvas ends with this block
         post_steps = torch.zeros(batch, dtype=torch.long, device=device)  # [B]
         steps = torch.zeros(batch, dtype=torch.long, device=device)  # [B]
         bad = torch.zeros(batch, dtype=torch.bool, device=device)  # [B] NaN/inf candidates at the last step
@@ -293,9 +300,16 @@ def _decode(
             active = active & (post_steps <= config.max_post_steps)
             if cap is not None:
                 active = active & (steps < cap)
+            # rows whose block has ended and that will not decode again (their own canvas ends here,
+            # or the EOS stop will end them after this block) leave the forward batch now, not at
+            # the next block: a row still editing then costs the batch only its own compute
+            done = last_block  # [B]
+            if eos_stop:
+                done = done | _eos_done(canvas, layout, (block + 1) * bl, special)  # [B]
+            leaving = in_forward & ~active & done  # [B]
             # the one read of the device per step
-            any_active, any_bad, first_slot = torch.stack(
-                [active.any().long(), bad.any().long(), edited_slot]
+            any_active, any_bad, first_slot, any_leaving = torch.stack(
+                [active.any().long(), bad.any().long(), edited_slot, leaving.any().long()]
             ).tolist()
             if any_bad:
                 raise _nonfinite_error(bad, block, step_number - 1)
@@ -303,6 +317,11 @@ def _decode(
                 session.invalidate_from(block - w + first_slot // bl)
             if not any_active:
                 break
+            if any_leaving:  # at most once per row and block: one more read of the device
+                in_forward = in_forward & ~leaving
+                rows = in_forward.nonzero().flatten()  # [R']
+                all_rows = False
+                session.select_rows(rows)
 
             logits = session.logits(canvas, block, w)  # [R, S, V]
             if all_rows:
@@ -363,7 +382,7 @@ def _decode(
             active = active & ~(mask_free & ~edited_any)
             step_number += 1
 
-        if config.eos_early_stop and special.eos:
+        if eos_stop:
             finished = finished | (
                 _eos_done(canvas, layout, (block + 1) * bl, special) & layout.rows_in_block(block)
             )

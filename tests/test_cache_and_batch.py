@@ -107,6 +107,84 @@ def test_rows_without_work_leave_the_forward_batch(llama_eager, use_cache):
         assert torch.equal(out.sequences[i, 4:], alone.sequences[0, int(mask[i].sum()) :])
 
 
+@pytest.mark.parametrize("adapter", ["block_causal", "block_causal_shifted"])
+@pytest.mark.parametrize("use_cache", [False, True])
+def test_rows_done_mid_block_leave_the_forward_batch_at_once(llama_eager, adapter, use_cache):
+    # One block of 8 for both rows: P=6 leaves 2 masks, P=1 leaves 7. τ_mask 1.0 is never passed
+    # (strict), so M2T writes one token a forward: the short row is done after 2 drafts + 1
+    # verification, the long one after 7 + 1. The short row has no later block, so it must leave the
+    # forward batch as soon as its block ends, not when the long row's does.
+    sizes: list[int] = []
+    hook = llama_eager.model.embed_tokens.register_forward_pre_hook(
+        lambda m, args: sizes.append(args[0].shape[0])
+    )
+    prompts = [[5, 6, 7, 8, 9, 10], [11]]
+    cfg = dllm_edit.EditGenerationConfig.from_mode(
+        "quality",
+        block_length=8,
+        max_new_tokens=2,
+        threshold=1.0,
+        editing_threshold=None,
+        max_post_steps=1,
+        **IDS,
+    )
+    ids, mask = left_pad(prompts)
+    try:
+        out = dllm_edit.generate(
+            llama_eager, ids, attention_mask=mask, generation_config=cfg, use_cache=use_cache, adapter=adapter
+        )
+    finally:
+        hook.remove()
+    assert out.num_forwards.tolist() == [3, 8]
+    assert sizes == [2, 2, 2] + [1] * 5  # the short row's 3 forwards, then the long row alone
+    width = ids.shape[1]
+    for i, prompt in enumerate(prompts):
+        alone = dllm_edit.generate(
+            llama_eager, torch.tensor([prompt]), generation_config=cfg, use_cache=use_cache, adapter=adapter
+        )
+        assert torch.equal(out.sequences[i, width:], alone.sequences[0, len(prompt) :])
+        assert out.num_forwards[i] == alone.num_forwards[0]
+
+
+class _EosIfKeyed(torch.nn.Module):
+    """Rows whose input holds token `key` predict EOS everywhere (p ~ 1); the others a spread
+    distribution whose top token (10) is far below any threshold, so M2T writes one token a forward."""
+
+    def __init__(self, key: int, vocab: int):
+        super().__init__()
+        self.key, self.vocab = key, vocab
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None, **kwargs):
+        batch, length = input_ids.shape
+        keyed = (input_ids == self.key).any(-1)  # [B]
+        logits = torch.zeros(batch, length, self.vocab)  # [B, T, V]
+        logits[:, :, 10] = 1.0
+        logits[keyed, :, EOS] = 30.0
+        logits[:, :, MASK] = -30.0
+        return type("Out", (), {"logits": logits})()
+
+
+def test_rows_done_by_the_eos_stop_leave_the_forward_batch_mid_block():
+    # Two blocks of 4 per row. Row 0 writes EOS in one forward and verifies it: the EOS stop will end
+    # it after this block, so it leaves the batch at once; row 1 drafts one token a forward.
+    from conftest import VOCAB
+
+    model = _EosIfKeyed(key=5, vocab=VOCAB)
+    sizes: list[int] = []
+    model.register_forward_pre_hook(
+        lambda m, args, kwargs: sizes.append(kwargs["input_ids"].shape[0]), with_kwargs=True
+    )
+    cfg = dllm_edit.EditGenerationConfig.from_mode(
+        "quality", block_length=4, max_new_tokens=6, max_post_steps=1, use_cache=False, **IDS
+    )
+    out = dllm_edit.generate(
+        model, torch.tensor([[5, 6], [7, 8]]), generation_config=cfg, adapter="block_causal"
+    )
+    assert out.sequences[0, 2:].tolist() == [EOS] + [PAD] * 5
+    assert out.num_forwards.tolist() == [2, 8]
+    assert sizes == [2, 2] + [1] * 6  # block 0: row 0 leaves after its verification forward
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_rows_finishing_in_the_first_block_leave_an_empty_cache(seed):
     # Regression: prompts shorter than a block finish in the block they share with the prompt, while

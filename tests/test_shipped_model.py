@@ -111,9 +111,12 @@ def test_forward_budget_accounts_for_every_forward(monkeypatch, capsys):
     model, tokenizer = dllm_edit.load_default()
     for preset in namespace["PRESETS"].values():
         counts = namespace["budget"](model, tokenizer, "sort:9431=", preset, 16)
-        kinds = counts["draft, kept"] + counts["draft, tail only"] + counts["verify"]
+        kinds = sum(counts[kind] for kind in namespace["KINDS"])
         assert kinds == counts["forwards"] >= counts["floor"] >= 2
-        assert counts["verify"] >= 1 and counts["draft, kept"] >= 1  # presets verify every block
+        assert counts["verify, first"] == 1 and counts["draft, kept"] >= 1  # one block, verified once
+        # a forward after the first verification is bought by an edit, so there are no more than edits
+        assert counts["verify, after an edit"] <= counts["edits"]
+        assert len(counts["kept_probs"]) >= 1 and all(0.0 <= p <= 1.0 for p in counts["kept_probs"])
     argv = ["forward_budget.py", "--synthetic", "3", "--code", "1", "--by-length"]
     monkeypatch.setattr("sys.argv", argv)
     runpy.run_path(str(script), run_name="__main__")
