@@ -17,8 +17,9 @@ Python loop over rows and no per-row `.item()` inside a step. The loop reads the
 step: one small tensor at the top of the step says whether any row is still active, whether the
 previous step produced a NaN/inf candidate probability, (multi-block editing) the first window
 slot it edited, and whether rows leave the batch. The adapter, the proposer and a streamer may read
-more (the block-causal adapter does not; `nonzero` selects the decoding rows once per block and
-once more on a step where rows leave).
+more (the block-causal adapter does not; once per block `nonzero` selects the decoding rows and
+one read says whether any has a later block, and `nonzero` runs once more on a step where rows
+leave).
 """
 
 from __future__ import annotations
@@ -285,6 +286,8 @@ def _decode(
         session.select_rows(rows)
         in_forward = active.clone()  # [B] rows the session's forwards compute
         last_block = ~layout.rows_in_block(block + 1)  # [B] rows whose own canvas ends with this block
+        # the EOS stop can only take a row out early if it has a later block: otherwise skip the scan
+        check_eos = eos_stop and bool((active & ~last_block).any())  # once per block
         post_steps = torch.zeros(batch, dtype=torch.long, device=device)  # [B]
         steps = torch.zeros(batch, dtype=torch.long, device=device)  # [B]
         bad = torch.zeros(batch, dtype=torch.bool, device=device)  # [B] NaN/inf candidates at the last step
@@ -304,7 +307,7 @@ def _decode(
             # or the EOS stop will end them after this block) leave the forward batch now, not at
             # the next block: a row still editing then costs the batch only its own compute
             done = last_block  # [B]
-            if eos_stop:
+            if check_eos:
                 done = done | _eos_done(canvas, layout, (block + 1) * bl, special)  # [B]
             leaving = in_forward & ~active & done  # [B]
             # the one read of the device per step

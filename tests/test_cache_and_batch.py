@@ -3,6 +3,7 @@
 import pytest
 import torch
 from conftest import EOS, MASK, PAD, left_pad
+from denoisers import _Out
 
 import dllm_edit
 
@@ -161,7 +162,7 @@ class _EosIfKeyed(torch.nn.Module):
         logits[:, :, 10] = 1.0
         logits[keyed, :, EOS] = 30.0
         logits[:, :, MASK] = -30.0
-        return type("Out", (), {"logits": logits})()
+        return _Out(logits)
 
 
 def test_rows_done_by_the_eos_stop_leave_the_forward_batch_mid_block():
