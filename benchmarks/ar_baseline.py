@@ -18,7 +18,10 @@ It is also stage 1 of the shipped model's recipe (an autoregressive start, then 
     dllm-edit sft --config examples/recipes/default_model.yaml
 
 Later `--key value` pairs override the recipe (`--model_name_or_path dllm_edit:init/tiny`) or set any
-`SFTConfig` field (`--max_steps 50`).
+`SFTConfig` field (`--max_steps 50`). It trains in resumable chunks as `dllm-edit sft` does: with
+`save_strategy: steps` in the recipe, `--resume_from_checkpoint true` continues from the newest
+`checkpoint-N` of the output folder (or name a checkpoint folder); a resumed run writes the same
+weights as one that ran in one go.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ SHARED_FIELDS = (
     "num_train_epochs",
     "logging_steps",
     "save_strategy",
+    "save_steps",
     "gradient_checkpointing",
     "bf16",
     "seed",
@@ -66,6 +70,8 @@ def load_config(argv: list[str]) -> tuple[argparse.Namespace, dict, Any]:
     """The options, the recipe (with overrides applied) and the `SFTConfig` this run trains with."""
     from trl import SFTConfig
 
+    from dllm_edit.cli.recipe import resolve_resume
+
     args, overrides = parse_args(argv)
     recipe = yaml.safe_load(Path(args.config).read_text())
     if not isinstance(recipe, dict) or "model_name_or_path" not in recipe or "dataset_name" not in recipe:
@@ -84,7 +90,10 @@ def load_config(argv: list[str]) -> tuple[argparse.Namespace, dict, Any]:
             recipe[name] = value
         else:
             fields[name] = yaml.safe_load(value)
-    return args, recipe, SFTConfig(output_dir=args.output_dir, completion_only_loss=True, **fields)
+    config = SFTConfig(output_dir=args.output_dir, completion_only_loss=True, **fields)
+    # checked here, before any loading: `true` must find a checkpoint, a path must be a folder
+    config.resume_from_checkpoint = resolve_resume(config.resume_from_checkpoint, args.output_dir)
+    return args, recipe, config
 
 
 def main(argv: list[str]) -> int:
@@ -98,7 +107,7 @@ def main(argv: list[str]) -> int:
     train = train.select_columns(["prompt", "completion"])
     trainer = SFTTrainer(model=model, args=config, train_dataset=train, processing_class=tokenizer)
     start = time.perf_counter()
-    trainer.train()
+    trainer.train(resume_from_checkpoint=config.resume_from_checkpoint)
     seconds = time.perf_counter() - start
     trainer.save_model(args.output_dir)
     tokenizer.save_pretrained(args.output_dir)

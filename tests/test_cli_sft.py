@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 pytest.importorskip("trl")
@@ -273,6 +274,68 @@ def test_the_shipped_recipes_ar_stage_is_the_checkpoint_stage_two_starts_from(tm
     assert command in (RECIPE.parent / "default_model.yaml").read_text()
     with pytest.raises(ValueError, match="odd count"):
         load_config(["--config", str(stage_one), "--max_steps"])
+
+
+def test_the_ar_stage_trains_in_resumable_chunks(tmp_path, tiny_model_dir):
+    """`benchmarks/ar_baseline.py ... --resume_from_checkpoint true` continues from the newest
+    checkpoint and writes the weights of a run that went in one go; asking to resume a folder with
+    no checkpoint fails before anything is loaded."""
+    import runpy
+    import shutil
+
+    from safetensors.torch import load_file
+
+    script = runpy.run_path(str(Path(__file__).parents[1] / "benchmarks" / "ar_baseline.py"))
+    data = tmp_path / "train.jsonl"
+    data.write_text(
+        "\n".join(json.dumps({"prompt": f"w{2 + i % 3} w3", "completion": " w3 w2"}) for i in range(12))
+    )
+    recipe = tmp_path / "ar_stage.yaml"
+    recipe.write_text(
+        yaml.safe_dump(
+            {
+                "model_name_or_path": str(tiny_model_dir),
+                "dataset_name": str(data),
+                "max_length": 16,
+                "learning_rate": 1e-2,
+                "lr_scheduler_type": "cosine",
+                "per_device_train_batch_size": 4,
+                "max_steps": 3,
+                "save_strategy": "steps",
+                "save_steps": 1,
+                "seed": 0,
+                "report_to": "none",
+            }
+        )
+    )
+    flags = ["--use_cpu", "true", "--disable_tqdm", "true"]
+    in_one_go, resumed = tmp_path / "one-go", tmp_path / "resumed"
+    with pytest.raises(ValueError, match="has none"):
+        script["load_config"](
+            [
+                "--config",
+                str(recipe),
+                "--output_dir",
+                str(resumed),
+                *flags,
+                "--resume_from_checkpoint",
+                "true",
+            ]
+        )
+    assert script["main"](["--config", str(recipe), "--output_dir", str(in_one_go), *flags]) == 0
+    # an interrupted run: only its first checkpoint was written
+    shutil.copytree(in_one_go / "checkpoint-1", resumed / "checkpoint-1")
+    argv = ["--config", str(recipe), "--output_dir", str(resumed), *flags, "--resume_from_checkpoint", "true"]
+    assert script["load_config"](argv)[2].resume_from_checkpoint == str(resumed / "checkpoint-1")
+    copied = (resumed / "checkpoint-1" / "trainer_state.json").stat().st_mtime_ns
+    assert script["main"](argv) == 0
+    # resumed at step 2: a fresh start would have written checkpoint-1 again
+    assert (resumed / "checkpoint-1" / "trainer_state.json").stat().st_mtime_ns == copied
+    first, second = (load_file(str(d / "model.safetensors")) for d in (in_one_go, resumed))
+    assert first.keys() == second.keys()
+    assert all(torch.equal(first[k], second[k]) for k in first)
+    before = load_file(str(in_one_go / "checkpoint-1" / "model.safetensors"))
+    assert not all(torch.equal(before[k], first[k]) for k in first)  # the resumed steps did train
 
 
 @pytest.mark.parametrize(
