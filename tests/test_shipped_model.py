@@ -3,6 +3,7 @@
 import json
 from pathlib import Path
 
+import pytest
 import torch
 
 import dllm_edit
@@ -93,6 +94,30 @@ def test_readme_main_job_shows_an_edit_that_repairs_the_draft(capsys):
     assert result["text"] == "".join(sorted(digits))
     assert result["mode"] == "speedy" and result["tokens_per_forward"] > 1.0
     assert result["edits"] == [{"forward": 2, "position": 4, "from": "7", "to": "8"}]
+
+
+def test_main_job_prompt_search_finds_the_readme_main_job(monkeypatch):
+    """`benchmarks/main_job_prompt.py` decodes as `dllm-edit generate PROMPT` does: it finds the
+    README's main job with the edit the test above pins, and passes over a prompt it gets wrong."""
+    import runpy
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "main_job_prompt.py"
+    search = runpy.run_path(str(script))["search"]
+    digits = MAIN_JOB_PROMPT.removeprefix("sort:").removesuffix("=")
+    rows = [
+        {"prompt": MAIN_JOB_PROMPT, "completion": "".join(sorted(digits)), "family": "sort"},
+        {"prompt": MAIN_JOB_PROMPT, "completion": "".join(sorted(digits))[::-1], "family": "sort"},
+    ]
+    fake = [{**r, "kind": "synthetic"} for r in rows] + [
+        {"prompt": "def f(", "completion": "", "kind": "code"}
+    ]
+    monkeypatch.setitem(search.__globals__, "builtin_rows", lambda name, split: fake)
+    found, tried = search(None, "sort", 10)
+    assert tried == {"sort": 2} and len(found) == 1
+    assert found[0]["repairs"] == [{"forward": 2, "position": 4, "from": "7", "to": "8"}]
+    assert found[0]["tokens_per_forward"] > 1.0 and found[0]["text"] == rows[0]["completion"]
+    with pytest.raises(ValueError, match="--family must be one of"):
+        search(None, "sorting", 10)
 
 
 def test_cli_defaults_to_the_shipped_model(capsys):
