@@ -6,6 +6,10 @@
     dllm-edit sft --config examples/recipes/default_model.yaml          # stage 2 -> runs/default-model
     python benchmarks/default_model.py runs/default-model --train-seconds 3900 [--install]
 
+`--install` copies it into the package (or `--target DIR`) with a model card quoting both recipe
+files (`--recipes STAGE_ONE STAGE_TWO`, default the shipped recipe's) and the flags the second stage
+ran with (`--stage-two-args`).
+
 Held-out measures (splits from another seed / whole held-out modules, never seen in training):
 
 - synthetic tasks: exact match and tokens per forward for the Q preset, the S preset, and M2T only
@@ -24,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -44,6 +49,7 @@ PRESETS = {
 BLOCK = 32
 #: The shipped recipe's two stages (examples/recipes/), quoted in the model card as committed.
 RECIPE_FILES = ("default_model_ar_stage.yaml", "default_model.yaml")
+RECIPES_DIR = Path(__file__).resolve().parents[1] / "examples" / "recipes"
 
 
 def decode(model, tokenizer, prompts: list[str], preset: dict, max_new_tokens: int, batch: int = 32):
@@ -90,28 +96,35 @@ def elbo_nats_per_token(model, tokenizer, rows: list[dict], timesteps: int = 8) 
     return -total / tokens
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("checkpoint")
-    parser.add_argument("--train-seconds", type=float, default=None, help="wall time of the training run")
-    parser.add_argument(
-        "--train-note", default="", help="a sentence for the model card after the training time"
-    )
-    parser.add_argument("--synthetic", type=int, default=400, help="held-out synthetic prompts")
-    parser.add_argument("--code", type=int, default=100, help="held-out code prompts")
-    parser.add_argument(
-        "--install", action="store_true", help="copy into dllm_edit/default_model/ with a card"
-    )
-    args = parser.parse_args()
+@dataclass
+class Evaluation:
+    """What the card reports: one row per preset, the code likelihood bound, the drafts' fates."""
 
-    model = AutoModelForCausalLM.from_pretrained(args.checkpoint).eval()
-    tokenizer = AutoTokenizer.from_pretrained(args.checkpoint)
-    test = builtin_rows("dllm_edit:default_mix", "test")
-    synthetic = [r for r in test if r["kind"] == "synthetic"][: args.synthetic]
-    code = [r for r in test if r["kind"] == "code"][: args.code]
+    rows: list[tuple[str, float, float, float, float]]  # (preset, exact %, TPF, parses %, code TPF)
+    bound: float  # nats per code token
+    edits: dict  # `verify_confidence.fate_table` of the S preset's drafts
+    synthetic: int  # prompts decoded
+    code: int  # functions decoded
 
+    def editing_sentence(self) -> str:
+        e = self.edits
+        return (
+            f"Of its {e['wrong_drafts']} wrong drafts on the synthetic prompts (S preset) the model "
+            f"rewrote {e['rewritten']:.1f}% and repaired {e['repaired']:.1f}%; edits broke "
+            f"{e['broken']:.1f}% of its {e['right_drafts']} right drafts."
+        )
+
+    def table(self) -> str:
+        lines = [
+            "| preset | synthetic exact match (%) | TPF (synthetic) | code that parses (%) | TPF (code) |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        lines += [f"| {n} | {a:.1f} | {t:.2f} | {p:.1f} | {ct:.2f} |" for n, a, t, p, ct in self.rows]
+        return "\n".join(lines)
+
+
+def evaluate(model, tokenizer, synthetic: list[dict], code: list[dict]) -> Evaluation:
+    """Decode the held-out prompts with each preset (printing as it goes) and follow the S drafts."""
     rows = []
     for name, preset in PRESETS.items():
         texts, tpf = decode(model, tokenizer, [r["prompt"] for r in synthetic], preset, 16)
@@ -125,25 +138,23 @@ def main() -> None:
     print(f"held-out code ELBO bound: {bound:.3f} nats/token")
     speedy = dllm_edit.EditGenerationConfig.from_mode("speedy", max_new_tokens=16, block_length=BLOCK)
     fates = [f for t in decode_traced_batch(model, tokenizer, synthetic, speedy, 16) for f in draft_fates(t)]
-    edits = fate_table(fates)
-    editing = (
-        f"Of its {edits['wrong_drafts']} wrong drafts on the synthetic prompts (S preset) the model "
-        f"rewrote {edits['rewritten']:.1f}% and repaired {edits['repaired']:.1f}%; edits broke "
-        f"{edits['broken']:.1f}% of its {edits['right_drafts']} right drafts."
-    )
-    print(editing)
+    return Evaluation(rows, bound, fate_table(fates), len(synthetic), len(code))
 
-    params = sum(p.numel() for p in model.parameters())
-    table = [
-        "| preset | synthetic exact match (%) | TPF (synthetic) | code that parses (%) | TPF (code) |",
-        "|---|---:|---:|---:|---:|",
-    ]
-    table += [f"| {n} | {a:.1f} | {t:.2f} | {p:.1f} | {ct:.2f} |" for n, a, t, p, ct in rows]
-    print("\n" + "\n".join(table))
-    if not args.install:
-        return
 
-    target = Path(dllm_edit.__file__).parent / "default_model"
+def install(
+    model,
+    tokenizer,
+    evaluation: Evaluation,
+    target: Path,
+    *,
+    checkpoint: str,
+    recipes: tuple[str, str] = RECIPE_FILES,
+    stage_two_args: str = "",
+    train_seconds: float | None = None,
+    train_note: str = "",
+) -> None:
+    """Write the model, a full decoding config, the tokenizer, the card and eval.json to `target`
+    (replacing what is there). The card quotes the two recipe files of examples/recipes/ as committed."""
     if target.exists():
         shutil.rmtree(target)
     model.save_pretrained(target)
@@ -161,18 +172,78 @@ def main() -> None:
     fields = json.loads(tokenizer_config.read_text())
     fields["tokenizer_class"] = "PreTrainedTokenizerFast"
     tokenizer_config.write_text(json.dumps(fields, indent=2) + "\n")
-    recipes = Path(__file__).parents[1] / "examples" / "recipes"
-    stage_one, stage_two = ((recipes / name).read_text() for name in RECIPE_FILES)
+    (target / "README.md").write_text(
+        card(model, evaluation, checkpoint, recipes, stage_two_args, train_seconds, train_note)
+    )
+    (target / "eval.json").write_text(
+        json.dumps(
+            {"rows": evaluation.rows, "elbo_nats_per_token": evaluation.bound, "editing": evaluation.edits},
+            indent=1,
+        )
+    )
+    print(f"installed in {target}")
+
+
+def wrap_prose(markdown: str, width: int = 100) -> str:
+    """Refill the prose paragraphs of a Markdown text to `width` columns; code blocks, tables,
+    headings, lists and front matter are kept as they are.
+
+    Examples:
+        >>> wrap_prose("# T\\n\\nsome words here\\nand more\\n\\n| a |\\n", width=12)
+        '# T\\n\\nsome words\\nhere and\\nmore\\n\\n| a |\\n'
+    """
+    import textwrap
+
+    out: list[str] = []
+    paragraph: list[str] = []
+    fenced = front_matter = False
+
+    def flush() -> None:
+        if paragraph:
+            out.extend(
+                textwrap.wrap(" ".join(paragraph), width, break_on_hyphens=False, break_long_words=False)
+            )
+            paragraph.clear()
+
+    for index, line in enumerate(markdown.split("\n")):
+        if line.strip() == "---" and (index == 0 or front_matter):
+            front_matter = index == 0
+        if line.startswith("```"):
+            fenced = not fenced
+        verbatim = fenced or front_matter or line.startswith(("```", "#", "|", "- ", "---", "    "))
+        if verbatim or not line.strip():
+            flush()
+            out.append(line)
+        else:
+            paragraph.append(line.strip())
+    flush()
+    return "\n".join(out)
+
+
+def card(
+    model,
+    evaluation: Evaluation,
+    checkpoint: str,
+    recipes: tuple[str, str],
+    stage_two_args: str,
+    train_seconds: float | None,
+    train_note: str,
+) -> str:
+    """The model card (README.md): the model, its data, the held-out results and both recipe stages."""
+    params = sum(p.numel() for p in model.parameters())
+    stage_one_file, stage_two_file = recipes
+    stage_one, stage_two = ((RECIPES_DIR / name).read_text() for name in recipes)
+    stage_two_args = f" {stage_two_args.strip()}" if stage_two_args.strip() else ""
     stage_one_output = yaml.safe_load(stage_two)["model_name_or_path"]  # stage 2 starts where 1 saved
-    trained = f"{args.train_seconds / 60:.0f} minutes" if args.train_seconds else "not recorded"
+    trained = f"{train_seconds / 60:.0f} minutes" if train_seconds else "not recorded"
     declared = getattr(model.config, "dllm_edit_adapter", None)
     adapter = f" with the `{declared}` adapter (declared in config.json)" if declared else ""
-    note = f" {args.train_note}" if args.train_note else ""
+    note = f" {train_note}" if train_note else ""
     size = (
         f"{params / 1e6:.1f} M parameters, hidden {model.config.hidden_size}, "
         f"{model.config.num_hidden_layers} layers, vocabulary {model.config.vocab_size}, byte-level BPE"
     )
-    card = f"""---
+    return wrap_prose(f"""---
 library_name: transformers
 tags: [dllm-edit, diffusion-lm, block-diffusion, editable-decoding]
 ---
@@ -193,40 +264,99 @@ digits, closing brackets; 5,000 examples each) and the functions of the Python s
 
 ## Held-out results
 
-Synthetic: {len(synthetic)} prompts from another seed, exact match. Code: {len(code)} functions of held-out
-modules, greedy completions that parse with `ast`; likelihood bound (masked-diffusion ELBO of the bodies,
-8 timesteps): {bound:.3f} nats/token. TPF = completion tokens per forward. "M2T only" is this model
-decoded with the S preset and editing off (`editing_threshold=None`).
+Synthetic: {evaluation.synthetic} prompts from another seed, exact match. Code: {evaluation.code} \
+functions of held-out modules, greedy completions that parse with `ast`; likelihood bound \
+(masked-diffusion ELBO of the bodies, 8 timesteps): {evaluation.bound:.3f} nats/token. TPF = completion \
+tokens per forward. "M2T only" is this model decoded with the S preset and editing off \
+(`editing_threshold=None`).
 
-{chr(10).join(table)}
+{evaluation.table()}
 
-{editing} (A draft is the token M2T first wrote at a position; a rewrite is any later T2T edit of it:
-`benchmarks/verify_confidence.py`.)
+{evaluation.editing_sentence()} (A draft is the token M2T first wrote at a position; a rewrite is \
+any later T2T edit of it: `benchmarks/verify_confidence.py`.)
 
-Command: `python benchmarks/default_model.py {args.checkpoint} --install`. The files load with
+Command: `python benchmarks/default_model.py {checkpoint} --install`. The files load with
 transformers 4.57 and 5.x (`AutoModelForCausalLM`, `AutoTokenizer`; no remote code).
 
 ## Recipe
 
 Two stages, both committed under `examples/recipes/` and quoted here as they are.
 
-Stage 1 (`examples/recipes/{RECIPE_FILES[0]}`), the autoregressive start:
-`python benchmarks/ar_baseline.py --config examples/recipes/{RECIPE_FILES[0]} --output_dir {stage_one_output}`
+Stage 1 (`examples/recipes/{stage_one_file}`), the autoregressive start:
+`python benchmarks/ar_baseline.py --config examples/recipes/{stage_one_file} --output_dir {stage_one_output}`
 
 ```yaml
 {stage_one}```
 
-Stage 2 (`examples/recipes/{RECIPE_FILES[1]}`), the conversion, trained with
-`dllm-edit sft --config examples/recipes/{RECIPE_FILES[1]}`:
+Stage 2 (`examples/recipes/{stage_two_file}`), the conversion, trained with
+`dllm-edit sft --config examples/recipes/{stage_two_file}{stage_two_args}`:
 
 ```yaml
 {stage_two}```
-"""
-    (target / "README.md").write_text(card)
-    (target / "eval.json").write_text(
-        json.dumps({"rows": rows, "elbo_nats_per_token": bound, "editing": edits}, indent=1)
+""")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    print(f"installed in {target}")
+    parser.add_argument("checkpoint")
+    parser.add_argument("--train-seconds", type=float, default=None, help="wall time of the training run")
+    parser.add_argument(
+        "--train-note", default="", help="a sentence for the model card after the training time"
+    )
+    parser.add_argument("--synthetic", type=int, default=400, help="held-out synthetic prompts")
+    parser.add_argument("--code", type=int, default=100, help="held-out code prompts")
+    parser.add_argument(
+        "--install", action="store_true", help="copy into dllm_edit/default_model/ with a card"
+    )
+    parser.add_argument(
+        "--recipes",
+        nargs=2,
+        default=list(RECIPE_FILES),
+        metavar=("STAGE_ONE", "STAGE_TWO"),
+        help="the two recipe files under examples/recipes/ that trained it, quoted in the card "
+        f"(default: {' '.join(RECIPE_FILES)})",
+    )
+    parser.add_argument(
+        "--stage-two-args",
+        default="",
+        help="flags given to `dllm-edit sft` after the stage-two recipe, quoted in the card's "
+        "command (e.g. '--seed 1 --output_dir runs/x')",
+    )
+    parser.add_argument(
+        "--target",
+        default=None,
+        help="where --install writes (default: the package's dllm_edit/default_model/)",
+    )
+    args = parser.parse_args()
+    missing = [name for name in args.recipes if not (RECIPES_DIR / name).is_file()]
+    if missing:
+        parser.error(f"--recipes names files of examples/recipes/; {missing} are not there")
+    if args.synthetic < 1 or args.code < 1:
+        parser.error(f"--synthetic and --code must be >= 1, got {args.synthetic} and {args.code}")
+
+    model = AutoModelForCausalLM.from_pretrained(args.checkpoint).eval()
+    tokenizer = AutoTokenizer.from_pretrained(args.checkpoint)
+    test = builtin_rows("dllm_edit:default_mix", "test")
+    synthetic = [r for r in test if r["kind"] == "synthetic"][: args.synthetic]
+    code = [r for r in test if r["kind"] == "code"][: args.code]
+    evaluation = evaluate(model, tokenizer, synthetic, code)
+    print(evaluation.editing_sentence())
+    print("\n" + evaluation.table())
+    if args.install:
+        target = Path(args.target) if args.target else Path(dllm_edit.__file__).parent / "default_model"
+        install(
+            model,
+            tokenizer,
+            evaluation,
+            target,
+            checkpoint=args.checkpoint,
+            recipes=tuple(args.recipes),
+            stage_two_args=args.stage_two_args,
+            train_seconds=args.train_seconds,
+            train_note=args.train_note,
+        )
 
 
 if __name__ == "__main__":

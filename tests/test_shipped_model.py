@@ -279,3 +279,44 @@ def test_editing_ablation_bounds(monkeypatch, capsys):
     assert one_forward[7].strip() in ("0.0", "nan")  # editing off: no draft is rewritten
     # every completion token of a block comes from its first forward (the answers fit one block)
     assert float(one_forward[4]) >= float(rows[3][4])
+
+
+def test_default_model_install_writes_a_card_quoting_the_recipes_it_names(monkeypatch, capsys, tmp_path):
+    """`benchmarks/default_model.py CKPT --install --target DIR --recipes A B --stage-two-args ...`
+    writes a model that loads, whose card quotes the two recipe files as committed and the second
+    stage's command with its flags; a recipe that is not committed is refused before any loading."""
+    import runpy
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "default_model.py"
+    recipes = script.parents[1] / "examples" / "recipes"
+    monkeypatch.syspath_prepend(str(script.parent))
+    namespace = runpy.run_path(str(script))
+    argv = ["default_model.py", "no-such-checkpoint", "--recipes", "default_model.yaml", "nope.yaml"]
+    monkeypatch.setattr("sys.argv", argv)
+    with pytest.raises(SystemExit):
+        namespace["main"]()
+    assert "nope.yaml" in capsys.readouterr().err
+    model, tokenizer = dllm_edit.load_default()
+    edits = {"wrong_drafts": 10, "rewritten": 30.0, "repaired": 20.0, "broken": 1.0, "right_drafts": 90}
+    rows = [("Q", 70.0, 2.4, 55.0, 0.5), ("S", 69.0, 3.0, 54.0, 0.6), ("M2T only", 63.0, 3.1, 58.0, 0.7)]
+    evaluation = namespace["Evaluation"](rows, 4.5, edits, 400, 100)
+    names = ("default_model_medium_ar_stage.yaml", "default_model_medium_two_stage.yaml")
+    target = tmp_path / "installed"
+    namespace["install"](
+        model, tokenizer, evaluation, target, checkpoint="runs/x", recipes=names, stage_two_args="--seed 1"
+    )
+    card = (target / "README.md").read_text()
+    assert all((recipes / name).read_text() in card for name in names)
+    assert f"dllm-edit sft --config examples/recipes/{names[1]} --seed 1`" in card
+    assert f"--config examples/recipes/{names[0]} --output_dir runs/ar-medium-1200" in card
+    assert "| S | 69.0 | 3.00 | 54.0 | 0.60 |" in card and "repaired 20.0%" in card
+    assert json.loads((target / "eval.json").read_text())["rows"][1][0] == "S"
+    reloaded = AutoModelForCausalLM.from_pretrained(target)
+    assert json.loads((target / "tokenizer_config.json").read_text())["tokenizer_class"] == (
+        "PreTrainedTokenizerFast"  # loads on transformers 4.57 too
+    )
+    assert AutoTokenizer.from_pretrained(target).mask_token_id == tokenizer.mask_token_id
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), reloaded.state_dict().values()))
+    assert dllm_edit.EditGenerationConfig.from_pretrained(target).block_length == 32
