@@ -308,10 +308,12 @@ def test_default_model_install_writes_a_card_quoting_the_recipes_it_names(monkey
         model, tokenizer, evaluation, target, checkpoint="runs/x", recipes=names, stage_two_args="--seed 1"
     )
     card = (target / "README.md").read_text()
-    assert all((recipes / name).read_text() in card for name in names)
-    assert f"dllm-edit sft --config examples/recipes/{names[1]} --seed 1`" in card
-    assert f"--config examples/recipes/{names[0]} --output_dir runs/ar-medium-1200" in card
-    assert "| S | 69.0 | 3.00 | 54.0 | 0.60 |" in card and "repaired 20.0%" in card
+    assert all((recipes / name).read_text() in card for name in names)  # code blocks, unwrapped
+    prose = " ".join(card.split())  # the card's prose is wrapped to 100 columns
+    assert f"dllm-edit sft --config examples/recipes/{names[1]} --seed 1`" in prose
+    assert f"--config examples/recipes/{names[0]} --output_dir runs/ar-medium-1200" in prose
+    assert "| S | 69.0 | 3.00 | 54.0 | 0.60 |" in card and "repaired 20.0%" in prose
+    assert max(len(line) for line in card.split("```")[0].splitlines()) <= 100
     assert json.loads((target / "eval.json").read_text())["rows"][1][0] == "S"
     reloaded = AutoModelForCausalLM.from_pretrained(target)
     assert json.loads((target / "tokenizer_config.json").read_text())["tokenizer_class"] == (
