@@ -154,7 +154,13 @@ def install(
     train_note: str = "",
 ) -> None:
     """Write the model, a full decoding config, the tokenizer, the card and eval.json to `target`
-    (replacing what is there). The card quotes the two recipe files of examples/recipes/ as committed."""
+    (replacing what is there). The card quotes the two recipe files of examples/recipes/ as committed.
+
+    Raises:
+        ValueError: `target` exists but is not a model folder (it has no config.json): it is not
+            deleted.
+    """
+    check_target(target)
     if target.exists():
         shutil.rmtree(target)
     model.save_pretrained(target)
@@ -182,6 +188,15 @@ def install(
         )
     )
     print(f"installed in {target}")
+
+
+def check_target(target: Path) -> None:
+    """Refuse to replace a folder that holds anything but a model (the install deletes it first)."""
+    if target.exists() and not (target / "config.json").is_file():
+        raise ValueError(
+            f"--target {str(target)!r} exists and is not a model folder (no config.json); the install "
+            "replaces the folder it writes to, so it refuses this one. Name a new folder or a model folder."
+        )
 
 
 def wrap_prose(markdown: str, width: int = 100) -> str:
@@ -336,6 +351,12 @@ def main() -> None:
     if args.synthetic < 1 or args.code < 1:
         parser.error(f"--synthetic and --code must be >= 1, got {args.synthetic} and {args.code}")
 
+    target = Path(args.target) if args.target else Path(dllm_edit.__file__).parent / "default_model"
+    if args.install:
+        try:  # before the evaluation's minutes, not after
+            check_target(target)
+        except ValueError as error:
+            parser.error(str(error))
     model = AutoModelForCausalLM.from_pretrained(args.checkpoint).eval()
     tokenizer = AutoTokenizer.from_pretrained(args.checkpoint)
     test = builtin_rows("dllm_edit:default_mix", "test")
@@ -345,7 +366,6 @@ def main() -> None:
     print(evaluation.editing_sentence())
     print("\n" + evaluation.table())
     if args.install:
-        target = Path(args.target) if args.target else Path(dllm_edit.__file__).parent / "default_model"
         install(
             model,
             tokenizer,

@@ -322,3 +322,16 @@ def test_default_model_install_writes_a_card_quoting_the_recipes_it_names(monkey
     assert AutoTokenizer.from_pretrained(target).mask_token_id == tokenizer.mask_token_id
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), reloaded.state_dict().values()))
     assert dllm_edit.EditGenerationConfig.from_pretrained(target).block_length == 32
+    # a folder that is not a model is never replaced (the install deletes what it replaces)
+    keep = tmp_path / "notes"
+    keep.mkdir()
+    (keep / "todo.txt").write_text("mine")
+    with pytest.raises(ValueError, match="not a model folder"):
+        namespace["install"](model, tokenizer, evaluation, keep, checkpoint="runs/x")
+    assert (keep / "todo.txt").read_text() == "mine"
+    monkeypatch.setattr(
+        "sys.argv", ["default_model.py", "no-such-checkpoint", "--install", "--target", str(keep)]
+    )
+    with pytest.raises(SystemExit):
+        namespace["main"]()
+    assert "not a model folder" in capsys.readouterr().err
