@@ -4,11 +4,13 @@
     python benchmarks/ar_baseline.py --config examples/recipes/default_model_ar_stage.yaml \\
         --output_dir runs/ar-small-1200                                  # stage 1: autoregressive start
     dllm-edit sft --config examples/recipes/default_model.yaml          # stage 2 -> runs/default-model
-    python benchmarks/default_model.py runs/default-model --train-seconds 3900 [--install]
+    python benchmarks/default_model.py runs/default-model                               # evaluate
+    python benchmarks/default_model.py runs/default-model --train-seconds 3900 --install  # and ship
 
 `--install` copies it into the package (or `--target DIR`) with a model card quoting both recipe
 files (`--recipes STAGE_ONE STAGE_TWO`, default the shipped recipe's) and the flags the second stage
-ran with (`--stage-two-args`).
+ran with (`--stage-two-args`); these options, `--train-seconds` and `--train-note` only shape the
+card, so without `--install` they are refused.
 
 Held-out measures (splits from another seed / whole held-out modules, never seen in training):
 
@@ -248,7 +250,7 @@ def card(
     params = sum(p.numel() for p in model.parameters())
     stage_one_file, stage_two_file = recipes
     stage_one, stage_two = ((RECIPES_DIR / name).read_text() for name in recipes)
-    stage_two_args = f" {stage_two_args.strip()}" if stage_two_args.strip() else ""
+    flags = f" {stage_two_args.strip()}" if stage_two_args.strip() else ""
     stage_one_output = yaml.safe_load(stage_two)["model_name_or_path"]  # stage 2 starts where 1 saved
     trained = f"{train_seconds / 60:.0f} minutes" if train_seconds else "not recorded"
     declared = getattr(model.config, "dllm_edit_adapter", None)
@@ -304,7 +306,7 @@ Stage 1 (`examples/recipes/{stage_one_file}`), the autoregressive start:
 {stage_one}```
 
 Stage 2 (`examples/recipes/{stage_two_file}`), the conversion, trained with
-`dllm-edit sft --config examples/recipes/{stage_two_file}{stage_two_args}`:
+`dllm-edit sft --config examples/recipes/{stage_two_file}{flags}`:
 
 ```yaml
 {stage_two}```
@@ -350,6 +352,16 @@ def main() -> None:
         parser.error(f"--recipes names files of examples/recipes/; {missing} are not there")
     if args.synthetic < 1 or args.code < 1:
         parser.error(f"--synthetic and --code must be >= 1, got {args.synthetic} and {args.code}")
+    install_only = {
+        "--target": args.target is not None,
+        "--stage-two-args": bool(args.stage_two_args),
+        "--recipes": tuple(args.recipes) != RECIPE_FILES,
+        "--train-seconds": args.train_seconds is not None,
+        "--train-note": bool(args.train_note),
+    }
+    unused = [name for name, given in install_only.items() if given]
+    if unused and not args.install:
+        parser.error(f"{', '.join(unused)} only shape the installed model card; add --install or drop them")
 
     target = Path(args.target) if args.target else Path(dllm_edit.__file__).parent / "default_model"
     if args.install:

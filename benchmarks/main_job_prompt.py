@@ -56,10 +56,9 @@ def search(model: str | None, family: str | None, prompts: int) -> tuple[list[di
     argv = [rows[0]["prompt"]] + ([] if model is None else ["--model", model])
     session = Session(build_generate_parser().parse_args(argv))  # loads the model once
     config = session.config("speedy")  # `dllm-edit generate` with no options
-    device = session.input_ids.device
     found = []
     for row in rows:
-        session.input_ids = session.tokenizer(row["prompt"], return_tensors="pt")["input_ids"].to(device)
+        session.input_ids = session.encode(row["prompt"])  # [1, P], as the CLI encodes its prompt
         result = session.run(config)
         reference_ids = session.tokenizer(row["completion"], add_special_tokens=False)["input_ids"]
         reference_tokens = [session.tokenizer.decode([t]) for t in reference_ids]

@@ -335,3 +335,10 @@ def test_default_model_install_writes_a_card_quoting_the_recipes_it_names(monkey
     with pytest.raises(SystemExit):
         namespace["main"]()
     assert "not a model folder" in capsys.readouterr().err
+    # the card's options without --install would be ignored: refused instead
+    monkeypatch.setattr(
+        "sys.argv", ["default_model.py", "no-such-checkpoint", "--stage-two-args", "--seed 1"]
+    )
+    with pytest.raises(SystemExit):
+        namespace["main"]()
+    assert "--stage-two-args only shape the installed model card" in capsys.readouterr().err

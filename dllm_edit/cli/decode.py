@@ -111,25 +111,35 @@ class Session:
             self.model, self.tokenizer = load_model_and_tokenizer(
                 args.model, trust_remote_code=args.trust_remote_code, dtype=args.dtype
             )
-        device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.model = self.model.to(device).eval()
-        text = args.prompt
+        self.device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.model = self.model.to(self.device).eval()
+        self.args = args
+        self.input_ids = self.encode(args.prompt)
+
+    def encode(self, prompt: str) -> torch.Tensor:
+        """The ids `[1, P]` of `prompt` on the model's device, in the chat template with `--chat`.
+
+        Raises:
+            ValueError: `--chat` with a tokenizer that has no chat template, or a prompt that with
+                `--max-new-tokens` exceeds the model's positions.
+        """
+        args = self.args
+        text = prompt
         if args.chat:
             if getattr(self.tokenizer, "chat_template", None) is None:
                 raise ValueError("--chat needs a tokenizer with a chat template; this one has none.")
             text = self.tokenizer.apply_chat_template(
                 [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
             )
-        encoded = self.tokenizer(text, return_tensors="pt")
-        self.input_ids = encoded["input_ids"].to(device)
+        input_ids = self.tokenizer(text, return_tensors="pt")["input_ids"].to(self.device)  # [1, P]
         limit = getattr(self.model.config, "max_position_embeddings", None)
-        if isinstance(limit, int) and self.input_ids.shape[1] + args.max_new_tokens > limit:
+        if isinstance(limit, int) and input_ids.shape[1] + args.max_new_tokens > limit:
             raise ValueError(
-                f"The prompt is {self.input_ids.shape[1]} tokens; with --max-new-tokens "
+                f"The prompt is {input_ids.shape[1]} tokens; with --max-new-tokens "
                 f"{args.max_new_tokens} it exceeds the model's {limit} positions. Shorten the prompt "
                 "or lower --max-new-tokens."
             )
-        self.args = args
+        return input_ids
 
     def config(self, mode: str, **overrides: Any) -> Any:
         import dllm_edit
