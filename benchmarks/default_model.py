@@ -1,11 +1,13 @@
 """Evaluate a checkpoint trained by the shipped recipe; optionally install it as the shipped model
 (`dllm_edit/default_model/`, with its model card quoting both stages of the recipe).
 
-    python benchmarks/ar_baseline.py --config examples/recipes/default_model_ar_stage.yaml \\
-        --output_dir runs/ar-small-1200                                  # stage 1: autoregressive start
-    dllm-edit sft --config examples/recipes/default_model.yaml          # stage 2 -> runs/default-model
-    python benchmarks/default_model.py runs/default-model                               # evaluate
-    python benchmarks/default_model.py runs/default-model --train-seconds 3900 --install  # and ship
+    python benchmarks/ar_baseline.py --config examples/recipes/default_model_medium_ar_stage.yaml \\
+        --output_dir runs/ar-medium-1200                                 # stage 1: autoregressive start
+    dllm-edit sft --config examples/recipes/default_model_medium_two_stage.yaml --seed 1 \\
+        --output_dir runs/default-model-medium-two-stage-seed1           # stage 2: the conversion
+    python benchmarks/default_model.py runs/default-model-medium-two-stage-seed1        # evaluate
+    python benchmarks/default_model.py runs/default-model-medium-two-stage-seed1 --install \\
+        --stage-two-args "--seed 1 --output_dir runs/default-model-medium-two-stage-seed1"  # and ship
 
 `--install` copies it into the package (or `--target DIR`) with a model card quoting both recipe
 files (`--recipes STAGE_ONE STAGE_TWO`, default the shipped recipe's) and the flags the second stage
@@ -50,7 +52,7 @@ PRESETS = {
 }
 BLOCK = 32
 #: The shipped recipe's two stages (examples/recipes/), quoted in the model card as committed.
-RECIPE_FILES = ("default_model_ar_stage.yaml", "default_model.yaml")
+RECIPE_FILES = ("default_model_medium_ar_stage.yaml", "default_model_medium_two_stage.yaml")
 RECIPES_DIR = Path(__file__).resolve().parents[1] / "examples" / "recipes"
 
 

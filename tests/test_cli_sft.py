@@ -152,6 +152,7 @@ def test_pinned_memory_is_off_without_an_accelerator(tmp_path, tiny_model_dir):
 @pytest.mark.parametrize(
     "name",
     [
+        "default_model_medium_two_stage",
         "default_model",
         "default_model_from_scratch",
         "default_model_m2t",
@@ -167,8 +168,9 @@ def test_shipped_model_recipes_parse(name, tmp_path):
     _, config, model = build_parser().parse_args_and_config(
         args=["--config", str(recipe), "--output_dir", str(tmp_path)]
     )
-    if name == "default_model":  # stage 2 of the shipped recipe: the conversion of the AR stage
-        assert model.model_name_or_path == "runs/ar-small-1200"
+    two_stage = {"default_model_medium_two_stage": "runs/ar-medium-1200", "default_model": "runs/ar-small-1200"}
+    if name in two_stage:  # stage 2 of the shipped (medium) or small recipe: the conversion of the AR stage
+        assert model.model_name_or_path == two_stage[name]
         assert config.diffusion_attention == "block_diffusion_shifted"
     else:
         assert model.model_name_or_path == "dllm_edit:init/small"
@@ -250,28 +252,38 @@ def test_a_recipe_resumes_with_true(tmp_path, tiny_model_dir, capsys):
     assert (out / "checkpoint-1" / "trainer_state.json").stat().st_mtime_ns == first
 
 
-def test_the_shipped_recipes_ar_stage_is_the_checkpoint_stage_two_starts_from(tmp_path):
-    """Stage 1 (`benchmarks/ar_baseline.py --config default_model_ar_stage.yaml`): every field of the
-    file reaches TRL's SFTConfig, and its documented output folder is stage 2's starting model."""
+@pytest.mark.parametrize(
+    ("stage_one_name", "stage_two_name", "start"),
+    [
+        # the shipped model's recipe, and the small model's it replaced
+        ("default_model_medium_ar_stage", "default_model_medium_two_stage", "dllm_edit:init/medium"),
+        ("default_model_ar_stage", "default_model", "dllm_edit:init/small"),
+    ],
+)
+def test_a_two_stage_recipes_ar_stage_is_the_checkpoint_stage_two_starts_from(
+    stage_one_name, stage_two_name, start, tmp_path
+):
+    """Stage 1 (`benchmarks/ar_baseline.py --config STAGE_ONE.yaml`): every field of the file reaches
+    TRL's SFTConfig, and its documented output folder is stage 2's starting model."""
     import runpy
 
     script = Path(__file__).parents[1] / "benchmarks" / "ar_baseline.py"
     load_config = runpy.run_path(str(script))["load_config"]
-    stage_one = RECIPE.parent / "default_model_ar_stage.yaml"
+    stage_one = RECIPE.parent / f"{stage_one_name}.yaml"
+    stage_two_file = RECIPE.parent / f"{stage_two_name}.yaml"
     fields = yaml.safe_load(stage_one.read_text())
     _, recipe, config = load_config(["--config", str(stage_one), "--output_dir", str(tmp_path)])
-    assert recipe["model_name_or_path"] == "dllm_edit:init/small"
+    assert recipe["model_name_or_path"] == start
     for name, value in fields.items():  # nothing in the file is ignored
         if name in ("model_name_or_path", "dataset_name", "dataset_train_split"):
             continue
         expected = [] if (name, value) == ("report_to", "none") else value  # TrainingArguments' spelling
         assert getattr(config, name) == expected, name
     assert (config.max_steps, config.seed, config.completion_only_loss) == (1200, 0, True)
-    stage_two = yaml.safe_load((RECIPE.parent / "default_model.yaml").read_text())
+    stage_two = yaml.safe_load(stage_two_file.read_text())
     stage_one_output = stage_two["model_name_or_path"]
-    command = f"--config examples/recipes/default_model_ar_stage.yaml --output_dir {stage_one_output}"
+    command = f"--config examples/recipes/{stage_one_name}.yaml --output_dir {stage_one_output}"
     assert command in stage_one.read_text()
-    assert command in (RECIPE.parent / "default_model.yaml").read_text()
     with pytest.raises(ValueError, match="odd count"):
         load_config(["--config", str(stage_one), "--max_steps"])
 

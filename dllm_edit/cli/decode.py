@@ -1,7 +1,7 @@
 """`dllm-edit generate` and `dllm-edit compare`: decode a prompt with the editable decoder.
 
-    dllm-edit generate "sort:71780=" [--model PATH_OR_ID] [--mode speedy|quality|llada] [--json]
-    dllm-edit compare  "sort:71780=" [--model PATH_OR_ID]
+    dllm-edit generate "sort:8718982948=" [--model PATH_OR_ID] [--mode speedy|quality|llada] [--json]
+    dllm-edit compare  "sort:8718982948=" [--model PATH_OR_ID]
 
 Without `--model`, the small model shipped in the package decodes (`dllm_edit.load_default()`).
 
