@@ -239,6 +239,20 @@ def wrap_prose(markdown: str, width: int = 100) -> str:
     return "\n".join(out)
 
 
+def weights_fingerprint(checkpoint: str) -> str:
+    """A card sentence with the sha256 of the checkpoint's `model.safetensors` (the file training
+    wrote, before the install re-saves it), so that a rerun of the recipe can be compared byte for
+    byte without the original files; empty when the checkpoint has no such file."""
+    import hashlib
+
+    weights = Path(checkpoint) / "model.safetensors"
+    if not weights.is_file():
+        return ""
+    digest = hashlib.sha256(weights.read_bytes()).hexdigest()
+    return f"The weights training wrote (`{weights}`) have sha256 `{digest}`; a rerun of the recipe \
+that writes the same file reproduces this model."
+
+
 def card(
     model,
     evaluation: Evaluation,
@@ -295,7 +309,8 @@ tokens per forward. "M2T only" is this model decoded with the S preset and editi
 any later T2T edit of it: `benchmarks/verify_confidence.py`.)
 
 Command: `python benchmarks/default_model.py {checkpoint} --install`. The files load with
-transformers 4.57 and 5.x (`AutoModelForCausalLM`, `AutoTokenizer`; no remote code).
+transformers 4.57 and 5.x (`AutoModelForCausalLM`, `AutoTokenizer`; no remote code). \
+{weights_fingerprint(checkpoint)}
 
 ## Recipe
 

@@ -3,10 +3,10 @@
 It is a Llama architecture (loads with `from_pretrained`, no remote code) decoding block-causally,
 with its own byte-level BPE tokenizer, trained in two stages (next-token SFT from
 `examples/recipes/default_model_medium_ar_stage.yaml`, then `dllm-edit sft` from
-`examples/recipes/default_model_medium_two_stage.yaml --seed 1`) on data the recipes build themselves
-(synthetic tasks and functions of the Python standard library). Its model card (`DEFAULT_MODEL_DIR / "README.md"`) gives the recipe,
-the training time and the held-out numbers per preset. It is a demonstration model: a few million
-parameters trained for minutes on a CPU.
+`examples/recipes/default_model_medium_two_stage.yaml --seed 1`) on data the recipes build
+themselves (synthetic tasks and functions of the Python standard library). Its model card
+(`DEFAULT_MODEL_DIR / "README.md"`) gives the recipe, the training time and the held-out numbers per
+preset. It is a demonstration model: a few million parameters trained for under two hours on a CPU.
 """
 
 from __future__ import annotations

@@ -168,8 +168,12 @@ def test_shipped_model_recipes_parse(name, tmp_path):
     _, config, model = build_parser().parse_args_and_config(
         args=["--config", str(recipe), "--output_dir", str(tmp_path)]
     )
-    two_stage = {"default_model_medium_two_stage": "runs/ar-medium-1200", "default_model": "runs/ar-small-1200"}
-    if name in two_stage:  # stage 2 of the shipped (medium) or small recipe: the conversion of the AR stage
+    # stage 2 of the shipped (medium) or the small recipe: the conversion of its AR stage
+    two_stage = {
+        "default_model_medium_two_stage": "runs/ar-medium-1200",
+        "default_model": "runs/ar-small-1200",
+    }
+    if name in two_stage:
         assert model.model_name_or_path == two_stage[name]
         assert config.diffusion_attention == "block_diffusion_shifted"
     else:

@@ -1,5 +1,6 @@
 """The model shipped in the package: loads offline, decodes, is documented, stays small."""
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -12,7 +13,6 @@ from dllm_edit.cli import main
 #: The shipped model's recipe (examples/recipes/) and the flags its second stage ran with.
 SHIPPED_RECIPES = ("default_model_medium_ar_stage.yaml", "default_model_medium_two_stage.yaml")
 SHIPPED_STAGE_TWO_ARGS = "--seed 1 --output_dir runs/default-model-medium-two-stage-seed1"
-
 
 
 def test_loads_offline_and_decodes(monkeypatch):
@@ -319,11 +319,15 @@ def test_default_model_install_writes_a_card_quoting_the_recipes_it_names(monkey
     rows = [("Q", 70.0, 2.4, 55.0, 0.5), ("S", 69.0, 3.0, 54.0, 0.6), ("M2T only", 63.0, 3.1, 58.0, 0.7)]
     evaluation = namespace["Evaluation"](rows, 4.5, edits, 400, 100)
     names = ("default_model_medium_ar_stage.yaml", "default_model_medium_two_stage.yaml")
-    target = tmp_path / "installed"
+    target, trained = tmp_path / "installed", tmp_path / "trained"
+    model.save_pretrained(trained)  # what training wrote: the card records its file's sha256
+    checkpoint = str(trained)
     namespace["install"](
-        model, tokenizer, evaluation, target, checkpoint="runs/x", recipes=names, stage_two_args="--seed 1"
+        model, tokenizer, evaluation, target, checkpoint=checkpoint, recipes=names, stage_two_args="--seed 1"
     )
     card = (target / "README.md").read_text()
+    digest = hashlib.sha256((trained / "model.safetensors").read_bytes()).hexdigest()
+    assert f"have sha256 `{digest}`" in " ".join(card.split())
     assert all((recipes / name).read_text() in card for name in names)  # code blocks, unwrapped
     prose = " ".join(card.split())  # the card's prose is wrapped to 100 columns
     assert f"dllm-edit sft --config examples/recipes/{names[1]} --seed 1`" in prose
