@@ -3,7 +3,7 @@
     dllm-edit generate "sort:8718982948=" [--model PATH_OR_ID] [--mode speedy|quality|llada] [--json]
     dllm-edit compare  "sort:8718982948=" [--model PATH_OR_ID]
 
-Without `--model`, the small model shipped in the package decodes (`dllm_edit.load_default()`).
+Without `--model`, the model shipped in the package decodes (`dllm_edit.load_default()`).
 
 `generate` prints the completion — on a terminal it shows the block being drafted and edited live
 (edited tokens in red, freshly unmasked ones in yellow) — then every edit (the forward, the
@@ -34,7 +34,7 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model",
         default=None,
-        help="a local model folder or a Hub id (default: the small model shipped in the package)",
+        help="a local model folder or a Hub id (default: the model shipped in the package)",
     )
     parser.add_argument(
         "--trust-remote-code",

@@ -19,8 +19,8 @@ Datasets (`dataset_name: dllm_edit:<name>`, split from `dataset_train_split` / `
 - `default_mix`: both.
 
 Models (`model_name_or_path: dllm_edit:init/<size>`): `tiny` (hidden 64, 2 layers), `small` (hidden
-192, 4 layers; the shipped model, 2.7 M parameters), `medium` (hidden 256, 5 layers, 5.3 M parameters,
-about twice the small model's training cost per step); a Llama architecture (loads with
+192, 4 layers, 2.7 M parameters), `medium` (hidden 256, 5 layers, 5.3 M parameters, about twice the
+small model's training cost per step; the shipped model's size); a Llama architecture (loads with
 `from_pretrained`, no remote code) with a byte-level BPE tokenizer of 4,096 tokens.
 """
 
