@@ -248,7 +248,8 @@ def weights_fingerprint(checkpoint: str) -> str:
     weights = Path(checkpoint) / "model.safetensors"
     if not weights.is_file():
         return ""
-    digest = hashlib.sha256(weights.read_bytes()).hexdigest()
+    with weights.open("rb") as file:
+        digest = hashlib.file_digest(file, "sha256").hexdigest()
     return f"The weights training wrote (`{weights}`) have sha256 `{digest}`; a rerun of the recipe \
 that writes the same file reproduces this model."
 

@@ -100,8 +100,8 @@ MAIN_JOB_EDITS = [{"forward": 2, "position": 4, "from": "7", "to": "8"}]
 def test_readme_main_job_shows_an_edit_that_repairs_the_draft(capsys):
     """The README's main job (`dllm-edit generate PROMPT`, nothing else) writes the right answer (the
     digits sorted) in more than one token per forward, with at least one visible T2T edit: the first
-    forward drafts most of the answer, the second fills the rest and rewrites position 4 from the `7`
-    it drafted to the `8` it lacks (3 forwards for 11 tokens)."""
+    forward drafts the whole answer, the second rewrites position 4 from the `7` it drafted to the
+    `8` it lacks, the third verifies (3 forwards for 11 tokens)."""
     readme = (Path(__file__).parents[1] / "README.md").read_text()
     assert f'dllm-edit generate "{MAIN_JOB_PROMPT}"' in readme.split("## Use")[0]  # the setup command
     assert main(["generate", MAIN_JOB_PROMPT, "--json"]) == 0
@@ -318,7 +318,7 @@ def test_default_model_install_writes_a_card_quoting_the_recipes_it_names(monkey
     edits = {"wrong_drafts": 10, "rewritten": 30.0, "repaired": 20.0, "broken": 1.0, "right_drafts": 90}
     rows = [("Q", 70.0, 2.4, 55.0, 0.5), ("S", 69.0, 3.0, 54.0, 0.6), ("M2T only", 63.0, 3.1, 58.0, 0.7)]
     evaluation = namespace["Evaluation"](rows, 4.5, edits, 400, 100)
-    names = ("default_model_medium_ar_stage.yaml", "default_model_medium_two_stage.yaml")
+    names = SHIPPED_RECIPES
     target, trained = tmp_path / "installed", tmp_path / "trained"
     model.save_pretrained(trained)  # what training wrote: the card records its file's sha256
     checkpoint = str(trained)
@@ -326,10 +326,10 @@ def test_default_model_install_writes_a_card_quoting_the_recipes_it_names(monkey
         model, tokenizer, evaluation, target, checkpoint=checkpoint, recipes=names, stage_two_args="--seed 1"
     )
     card = (target / "README.md").read_text()
-    digest = hashlib.sha256((trained / "model.safetensors").read_bytes()).hexdigest()
-    assert f"have sha256 `{digest}`" in " ".join(card.split())
     assert all((recipes / name).read_text() in card for name in names)  # code blocks, unwrapped
     prose = " ".join(card.split())  # the card's prose is wrapped to 100 columns
+    digest = hashlib.sha256((trained / "model.safetensors").read_bytes()).hexdigest()
+    assert f"have sha256 `{digest}`" in prose
     assert f"dllm-edit sft --config examples/recipes/{names[1]} --seed 1`" in prose
     assert f"--config examples/recipes/{names[0]} --output_dir runs/ar-medium-1200" in prose
     assert "| S | 69.0 | 3.00 | 54.0 | 0.60 |" in card and "repaired 20.0%" in prose
