@@ -19,12 +19,16 @@ in a verification forward buys another forward. The script also reports the medi
 the candidates committed to returned tokens (how sure the model is when it drafts).
 
 It also reports the *floor*: the fewest forwards any threshold could spend on the row with the same
-blocks (one drafting forward plus one verification forward per decoded block), and so the largest
-TPF ratio a faster preset could reach against the slower one on the same rows.
+blocks (one drafting forward plus one verification forward per decoded block), and the *ceiling*:
+the TPF the S preset's rows would reach if every one of them were decoded at its floor (the mean
+over rows of kept tokens / floor, the same mean as TPF). No threshold can go past it on those rows,
+so `ceiling / TPF(Q)` is the largest S / Q ratio of tokens per forward the rows allow, however good
+the model's drafts and edits (a bound, not a forecast: a different model writes other tokens).
 
     python benchmarks/forward_budget.py                      # 100 synthetic prompts, 20 functions
     python benchmarks/forward_budget.py --model runs/default-model --synthetic 40 --code 10
     python benchmarks/forward_budget.py --by-length --code 0   # S / Q by family and answer length
+    python benchmarks/forward_budget.py --synthetic 400 --code 100 --code-tokens 128  # the card's rows
 """
 
 from __future__ import annotations
@@ -103,6 +107,12 @@ def mean_tpf(runs: list[dict[str, float]]) -> float:
     return statistics.fmean(run["kept"] / run["forwards"] for run in runs)
 
 
+def ceiling_tpf(runs: list[dict[str, float]]) -> float:
+    """The TPF of the same rows if each were decoded at its floor (one drafting and one verification
+    forward per block): the most any threshold could reach on them, since `forwards >= floor`."""
+    return statistics.fmean(run["kept"] / run["floor"] for run in runs)
+
+
 def edit_cost(task: str, preset: str, runs: list[dict[str, float]]) -> str:
     """What the verification forwards bought by edits cost a preset's TPF (a reading of the table).
 
@@ -117,15 +127,34 @@ def edit_cost(task: str, preset: str, runs: list[dict[str, float]]) -> str:
     )
 
 
+def ceiling_sentence(task: str, q: list[dict[str, float]], s: list[dict[str, float]]) -> str:
+    """Q's and S's forwards against the floor, and the S / Q TPF ratio the floor allows."""
+    forwards_q = statistics.fmean(run["forwards"] for run in q)
+    forwards_s = statistics.fmean(run["forwards"] for run in s)
+    floor = statistics.fmean(run["floor"] for run in s)
+    tpf_q, tpf_s, ceiling = mean_tpf(q), mean_tpf(s), ceiling_tpf(s)
+    return (
+        f"{task}: Q spends {forwards_q:.2f} forwards a row, S {forwards_s:.2f}; no threshold can go below "
+        f"{floor:.2f} on S's blocks. S is at {tpf_s:.2f} TPF, {tpf_s / tpf_q:.2f}x Q's {tpf_q:.2f}; "
+        f"with every row at its floor it would be at {ceiling:.2f} TPF, so no preset can reach more "
+        f"than {ceiling / tpf_q:.2f}x Q's TPF on these rows."
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=None, help="a checkpoint folder (default: the shipped model)")
     parser.add_argument("--synthetic", type=int, default=100, help="held-out synthetic prompts")
     parser.add_argument("--code", type=int, default=20, help="held-out functions")
     parser.add_argument(
+        "--code-tokens", type=int, default=64, help="max_new_tokens for code (the model card uses 128)"
+    )
+    parser.add_argument(
         "--by-length", action="store_true", help="also tabulate synthetic rows by family and answer length"
     )
     args = parser.parse_args()
+    if args.code_tokens < 1:
+        parser.error(f"--code-tokens must be >= 1, got {args.code_tokens}")
     if args.model is None:
         model, tokenizer = dllm_edit.load_default()
     else:
@@ -136,9 +165,9 @@ def main() -> None:
     test = builtin_rows("dllm_edit:default_mix", "test")
     tasks = {
         "synthetic": ([r for r in test if r["kind"] == "synthetic"][: args.synthetic], 16),
-        "code": ([r for r in test if r["kind"] == "code"][: args.code], 64),
+        "code": ([r for r in test if r["kind"] == "code"][: args.code], args.code_tokens),
     }
-    floors: dict[str, tuple[float, float, float]] = {}
+    preset_runs: dict[str, dict[str, list[dict[str, float]]]] = {}
     columns = ["task", "preset", "forwards", *KINDS, "kept tokens", "TPF", "floor", "edits", "median p kept"]
     print("| " + " | ".join(columns) + " |")
     print("|---|---|" + "---:|" * (len(columns) - 2))
@@ -147,15 +176,15 @@ def main() -> None:
     for task, (rows, max_new_tokens) in tasks.items():
         if not rows:
             continue
-        mean_forwards, mean_floor = {}, {}
+        preset_runs[task] = {}
         for name, preset in PRESETS.items():
             runs = [budget(model, tokenizer, r["prompt"], preset, max_new_tokens) for r in rows]
+            preset_runs[task][name] = runs
             if task == "synthetic":
                 synthetic_runs[name] = runs
             mean = {k: statistics.fmean(run[k] for run in runs) for k in runs[0] if k != "kept_probs"}
             tpf = mean_tpf(runs)
             median_p = statistics.median(p for run in runs for p in run["kept_probs"])
-            mean_forwards[name], mean_floor[name] = mean["forwards"], mean["floor"]
             kinds = " | ".join(f"{mean[kind]:.2f}" for kind in KINDS)
             print(
                 f"| {task} | {name} | {mean['forwards']:.2f} | {kinds} | {mean['kept']:.2f} | "
@@ -163,13 +192,9 @@ def main() -> None:
             )
             if mean["verify, after an edit"] > 0:
                 edit_costs.append(edit_cost(task, name, runs))
-        floors[task] = (mean_forwards["Q"], mean_floor["Q"], mean_forwards["S"])
     print()
-    for task, (q, floor, s) in floors.items():
-        print(
-            f"{task}: Q spends {q:.2f} forwards a row, S {s:.2f} ({q / s:.2f}x fewer); no threshold can go "
-            f"below {floor:.2f} on these blocks, so no preset can reach more than {q / floor:.2f}x Q's TPF."
-        )
+    for task, runs_of in preset_runs.items():
+        print(ceiling_sentence(task, runs_of["Q"], runs_of["S"]))
     for line in edit_costs:
         print(line)
     if args.by_length and synthetic_runs:

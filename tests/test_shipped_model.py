@@ -158,7 +158,10 @@ def test_forward_budget_accounts_for_every_forward(monkeypatch, capsys):
         # a forward after the first verification is bought by an edit, so there are no more than edits
         assert counts["verify, after an edit"] <= counts["edits"]
         assert len(counts["kept_probs"]) >= 1 and all(0.0 <= p <= 1.0 for p in counts["kept_probs"])
-    argv = ["forward_budget.py", "--synthetic", "3", "--code", "1", "--by-length"]
+        # the ceiling is the same row at its floor: no decode of it has more tokens per forward
+        ceiling, tpf = namespace["ceiling_tpf"]([counts]), namespace["mean_tpf"]([counts])
+        assert ceiling == counts["kept"] / counts["floor"] >= tpf
+    argv = ["forward_budget.py", "--synthetic", "3", "--code", "1", "--code-tokens", "8", "--by-length"]
     monkeypatch.setattr("sys.argv", argv)
     runpy.run_path(str(script), run_name="__main__")
     out = capsys.readouterr().out
