@@ -161,13 +161,20 @@ def test_forward_budget_accounts_for_every_forward(monkeypatch, capsys):
         # the ceiling is the same row at its floor: no decode of it has more tokens per forward
         ceiling, tpf = namespace["ceiling_tpf"]([counts]), namespace["mean_tpf"]([counts])
         assert ceiling == counts["kept"] / counts["floor"] >= tpf
-    argv = ["forward_budget.py", "--synthetic", "3", "--code", "1", "--code-tokens", "8", "--by-length"]
+    argv = ["forward_budget.py", "--synthetic", "3", "--code", "1", "--code-tokens", "1", "--by-length"]
     monkeypatch.setattr("sys.argv", argv)
     runpy.run_path(str(script), run_name="__main__")
     out = capsys.readouterr().out
     assert out.count("| synthetic |") == 3 and "no preset can reach more than" in out
     by_length = [line for line in out.splitlines() if line.startswith("| all |")]
     assert by_length and sum(int(line.split("|")[3]) for line in by_length) == 3  # every row counted once
+    code_rows = [line for line in out.splitlines() if line.startswith("| code |")]
+    # one new token allowed: every code row returns exactly one (64, the default, gives a function body)
+    assert len(code_rows) == 3 and all(float(line.split("|")[8]) == 1.0 for line in code_rows)
+    monkeypatch.setattr("sys.argv", ["forward_budget.py", "--code-tokens", "0"])
+    with pytest.raises(SystemExit):
+        runpy.run_path(str(script), run_name="__main__")
+    assert "--code-tokens must be >= 1, got 0" in capsys.readouterr().err
 
 
 def test_forward_cost_table(monkeypatch, capsys):
