@@ -3,8 +3,9 @@
 For each model and each decoding setting — τ_mask, editing off / Q (τ_edit 0.5) / S (τ_edit 0.0)
 (and, on request, S with low-confidence remasking), multi-block editing off / on — the held-out
 synthetic prompts are scored by exact match and the held-out code prompts by the fraction of
-completions that parse; both report tokens per forward (completion tokens / forwards) and tokens
-per second. Used by `dllm-edit bench` and `benchmarks/tradeoff.py`.
+completions that parse and by how long they are against the reference bodies (a parse rate alone
+cannot tell a body from `return self`); both report tokens per forward (completion tokens /
+forwards) and tokens per second. Used by `dllm-edit bench` and `benchmarks/tradeoff.py`.
 
 An autoregressive model of the same size, trained on the same data, is measured the way a user
 would otherwise decode it — plain `model.generate` (greedy, KV cache) — by `evaluate_autoregressive`:
@@ -123,6 +124,22 @@ def parse_rate(texts: Sequence[str], rows: Sequence[dict[str, str]]) -> float:
     return 100 * statistics.fmean(float(parses(r["prompt"], t)) for t, r in zip(texts, rows, strict=True))
 
 
+def length_ratio(texts: Sequence[str], rows: Sequence[dict[str, str]]) -> float:
+    """Median over rows of the completion's length as a percentage of the reference `completion`'s
+    (characters, surrounding whitespace ignored).
+
+    A parse rate alone cannot tell a function body from `return self`: this says how much code the
+    model wrote where the reference has a body (a length, not a check of what the code does).
+
+    Examples:
+        >>> length_ratio(["return x", "pass"], [{"completion": "return x"}, {"completion": "return x+1"}])
+        70.0
+    """
+    return statistics.median(
+        100 * len(t.strip()) / max(len(r["completion"].strip()), 1) for t, r in zip(texts, rows, strict=True)
+    )
+
+
 def score_tasks(
     row: dict[str, Any],
     decode: Callable[[list[str], int], tuple[list[str], float, float]],
@@ -131,7 +148,8 @@ def score_tasks(
     synthetic_tokens: int,
     code_tokens: int,
 ) -> dict[str, Any]:
-    """Fill `row` with exact match on `synthetic` and parse rate on `code`, each with TPF and tokens/s.
+    """Fill `row` with exact match on `synthetic` and, on `code`, the parse rate and the completions'
+    median length as a percentage of the reference bodies' (`length_ratio`); each with TPF and tokens/s.
 
     `decode(prompts, max_new_tokens)` returns (completions, mean tokens per forward, tokens/s).
     """
@@ -145,6 +163,7 @@ def score_tasks(
     if code:
         texts, tpf, tps = decode([r["prompt"] for r in code], code_tokens)
         row["parse_rate"], row["tpf_code"], row["tokens_per_s_code"] = parse_rate(texts, code), tpf, tps
+        row["code_length"] = length_ratio(texts, code)
     return row
 
 
@@ -301,8 +320,8 @@ def _warm_up(
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
     """A markdown table of `tradeoff` rows."""
     columns = ["model", "τ_mask", "editing", "MBE", "exact match (%)", "TPF", "tokens/s"]
-    columns += ["parses (%)", "TPF (code)", "tokens/s (code)"]
-    lines = ["| " + " | ".join(columns) + " |", "|---|---:|---|---|---:|---:|---:|---:|---:|---:|"]
+    columns += ["parses (%)", "code length (% of ref.)", "TPF (code)", "tokens/s (code)"]
+    lines = ["| " + " | ".join(columns) + " |", "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         mbe = "on" if r["multi_block_edit"] else "off"
         threshold = "—" if r["threshold"] is None else r["threshold"]
@@ -310,7 +329,8 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
             f"| {r['model']} | {threshold} | {r['editing']} | {mbe} | "
             f"{r.get('accuracy', float('nan')):.1f} | {r.get('tpf_synthetic', float('nan')):.2f} | "
             f"{r.get('tokens_per_s_synthetic', float('nan')):.0f} | "
-            f"{r.get('parse_rate', float('nan')):.1f} | {r.get('tpf_code', float('nan')):.2f} | "
+            f"{r.get('parse_rate', float('nan')):.1f} | {r.get('code_length', float('nan')):.0f} | "
+            f"{r.get('tpf_code', float('nan')):.2f} | "
             f"{r.get('tokens_per_s_code', float('nan')):.0f} |"
         )
     return "\n".join(lines)

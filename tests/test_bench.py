@@ -55,8 +55,10 @@ def test_grid_rows_have_every_measure(char_model_dir):
     assert [type(s).__name__ for s in remasking] == ["ThresholdUnmask", "TokenEdit", "LowConfidenceRemask"]
     for row in rows:
         assert 0 <= row["accuracy"] <= 100 and 0 <= row["parse_rate"] <= 100
-        assert row["tpf_synthetic"] > 0 and row["tpf_code"] > 0
-    assert format_table(rows).count("\n") == 7
+        assert row["tpf_synthetic"] > 0 and row["tpf_code"] > 0 and row["code_length"] >= 0
+    table = format_table(rows)
+    assert table.count("\n") == 7 and "| code length (% of ref.) |" in table.splitlines()[0]
+    assert all(line.count("|") == 12 for line in table.splitlines())  # 11 columns on every line
     with pytest.raises(ValueError, match="editing"):
         tradeoff_settings(editing=["sometimes"])
 
