@@ -241,8 +241,10 @@ def wrap_prose(markdown: str, width: int = 100) -> str:
 
 def weights_fingerprint(checkpoint: str) -> str:
     """A card sentence with the sha256 of the checkpoint's `model.safetensors` (the file training
-    wrote, before the install re-saves it), so that a rerun of the recipe can be compared byte for
-    byte without the original files; empty when the checkpoint has no such file."""
+    wrote, before the install re-saves it), so that a rerun of the recipe on the same kind of CPU can
+    be compared byte for byte without the original files; empty when the checkpoint has no such file.
+    (On another CPU the same recipe writes other bytes: an Intel Xeon rerun of the shipped recipe,
+    docs/benchmarks.md.)"""
     import hashlib
 
     weights = Path(checkpoint) / "model.safetensors"
@@ -251,7 +253,8 @@ def weights_fingerprint(checkpoint: str) -> str:
     with weights.open("rb") as file:
         digest = hashlib.file_digest(file, "sha256").hexdigest()
     return f"The weights training wrote (`{weights}`) have sha256 `{digest}`; a rerun of the recipe \
-that writes the same file reproduces this model."
+on the same kind of CPU that writes the same file reproduces this model. Another CPU's kernels round \
+float sums differently, so a rerun there writes other weights: compare it by this evaluation."
 
 
 def card(
