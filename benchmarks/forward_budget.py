@@ -172,7 +172,6 @@ def main() -> None:
     print("| " + " | ".join(columns) + " |")
     print("|---|---|" + "---:|" * (len(columns) - 2))
     edit_costs: list[str] = []
-    synthetic_runs: dict[str, list[dict[str, float]]] = {}
     for task, (rows, max_new_tokens) in tasks.items():
         if not rows:
             continue
@@ -180,8 +179,6 @@ def main() -> None:
         for name, preset in PRESETS.items():
             runs = [budget(model, tokenizer, r["prompt"], preset, max_new_tokens) for r in rows]
             preset_runs[task][name] = runs
-            if task == "synthetic":
-                synthetic_runs[name] = runs
             mean = {k: statistics.fmean(run[k] for run in runs) for k in runs[0] if k != "kept_probs"}
             tpf = mean_tpf(runs)
             median_p = statistics.median(p for run in runs for p in run["kept_probs"])
@@ -197,8 +194,8 @@ def main() -> None:
         print(ceiling_sentence(task, runs_of["Q"], runs_of["S"]))
     for line in edit_costs:
         print(line)
-    if args.by_length and synthetic_runs:
-        print_by_length(tasks["synthetic"][0], synthetic_runs, tokenizer)
+    if args.by_length and "synthetic" in preset_runs:
+        print_by_length(tasks["synthetic"][0], preset_runs["synthetic"], tokenizer)
 
 
 def print_by_length(rows: list[dict], runs: dict[str, list[dict[str, float]]], tokenizer) -> None:
