@@ -19,6 +19,7 @@ from dllm_edit.strategies import (
     ThresholdUnmask,
     TokenEdit,
     as_schedule,
+    get_strategy,
     strategy_from_dict,
 )
 
@@ -72,6 +73,7 @@ _DEFAULTS: dict[str, Any] = {
     "multi_block_window": 1,
     "multi_block_threshold": None,
     "strategies": None,
+    "unmasking": None,
     "suppress_mask_token": True,
     "max_steps_per_block": "auto",
     "repeat_penalty": 0.0,
@@ -147,6 +149,12 @@ class EditGenerationConfig(GenerationConfig):
         multi_block_threshold: τ of MBE edits (None: `editing_threshold`, or 0.9 if that is None).
         strategies: an explicit list of Strategy objects (or their dicts); when given it replaces the
             strategies built from the threshold fields above.
+        unmasking: the M2T rule, replacing the one `threshold` / `num_to_transfer` / `steps` build
+            (None: that one). A registered unmasking strategy by name (`"fast_dllm_threshold"`,
+            `"eb_sampler"`, ...; `dllm_edit.strategies.available_strategies()`), its dict
+            (`{"type": "eb_sampler", "gamma": 0.01}`) or a `Strategy` object with `unmasks=True`.
+            T2T editing (`editing_threshold`) and MBE still compose with it; `steps` cannot be set
+            with it (the quota mode is an unmasking rule of its own).
         suppress_mask_token: never propose the mask token as a candidate (the reference does not
             guard this; set False to reproduce it exactly).
         max_steps_per_block: hard cap on forwards per block; "auto" = `2 * block_length +
@@ -184,6 +192,7 @@ class EditGenerationConfig(GenerationConfig):
     multi_block_window: int
     multi_block_threshold: float | Schedule | None
     strategies: list[Strategy] | None
+    unmasking: Strategy | None
     suppress_mask_token: bool
     max_steps_per_block: int | str | None
     repeat_penalty: float
@@ -206,6 +215,7 @@ class EditGenerationConfig(GenerationConfig):
             self.strategies = [
                 s if isinstance(s, Strategy) else strategy_from_dict(s) for s in self.strategies
             ]
+        self.unmasking = _load_unmasking(self.unmasking)
         super().__init__(**kwargs)
         self._refuse_greedy_filters(given)
 
@@ -261,6 +271,7 @@ class EditGenerationConfig(GenerationConfig):
             setattr(new, key, _load_schedule(getattr(new, key)))
         if new.strategies is not None:
             new.strategies = [s if isinstance(s, Strategy) else strategy_from_dict(s) for s in new.strategies]
+        new.unmasking = _load_unmasking(new.unmasking)
         new.validate()
         new._refuse_greedy_filters(set(fields))
         return new
@@ -414,6 +425,26 @@ class EditGenerationConfig(GenerationConfig):
                     "otherwise masked positions are never filled."
                 )
             self._check_cap_fits(self.strategies)
+        if self.unmasking is not None:
+            if not isinstance(self.unmasking, Strategy) or not self.unmasking.unmasks:
+                raise TypeError(
+                    "`unmasking` must be None, a registered unmasking strategy's name or dict, or a "
+                    f"Strategy with unmasks=True, got {self.unmasking!r}; see "
+                    "dllm_edit.strategies.available_strategies()."
+                )
+            if self.steps is not None:
+                raise ValueError(
+                    f"`unmasking`={self.unmasking.registry_name()!r} and `steps`={self.steps} are both set: "
+                    "`steps` selects LLaDA's fixed-steps quota rule, itself an unmasking rule. "
+                    "Set steps=None to use the unmasking strategy, or unmasking=None for the quota mode."
+                )
+            if self.strategies is not None:
+                raise ValueError(
+                    "`unmasking` and `strategies` are both set: an explicit `strategies` list replaces "
+                    "every built strategy. Put the unmasking strategy into `strategies`, or set "
+                    "strategies=None."
+                )
+            self._check_cap_fits(self.build_strategies())
 
     def _check_cap_fits(self, strategies: list[Strategy]) -> None:
         """Refuse a hard cap too small for the extra forwards a strategy may add to a block (e.g.
@@ -505,7 +536,9 @@ class EditGenerationConfig(GenerationConfig):
             return list(self.strategies)
         origin = block_start or self.block_start or "absolute"
         out: list[Strategy] = []
-        if self.steps is None:
+        if self.unmasking is not None:
+            out.append(self.unmasking)
+        elif self.steps is None:
             out.append(ThresholdUnmask(threshold=self.threshold, num_to_transfer=self.num_to_transfer))
         else:
             out.append(
@@ -570,19 +603,20 @@ class EditGenerationConfig(GenerationConfig):
     def to_dict(self) -> dict[str, Any]:
         """Serialise to a JSON-ready dict; schedules and strategies become dicts with their type name."""
         schedules = {k: getattr(self, k) for k in ("threshold", "editing_threshold", "multi_block_threshold")}
-        strategies = self.strategies
+        strategies, unmasking = self.strategies, self.unmasking
         try:
             for key in schedules:
                 setattr(self, key, None)
-            self.strategies = None
+            self.strategies = self.unmasking = None
             out = super().to_dict()
         finally:
             for key, value in schedules.items():
                 setattr(self, key, value)
-            self.strategies = strategies
+            self.strategies, self.unmasking = strategies, unmasking
         for key, value in schedules.items():
             out[key] = value.to_dict() if isinstance(value, Schedule) else value
         out["strategies"] = None if strategies is None else [s.to_dict() for s in strategies]
+        out["unmasking"] = None if unmasking is None else unmasking.to_dict()
         return out
 
     def to_diff_dict(self) -> dict[str, Any]:
@@ -622,6 +656,15 @@ def _load_schedule(value: Any) -> Any:
         return value
     if isinstance(value, dict):
         return as_schedule(value)
+    return value
+
+
+def _load_unmasking(value: Any) -> Any:
+    """A registered strategy's name or dict -> the Strategy (its defaults, or the dict's fields)."""
+    if isinstance(value, str):
+        return get_strategy(value)()
+    if isinstance(value, dict):
+        return strategy_from_dict(value)
     return value
 
 

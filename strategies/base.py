@@ -9,12 +9,17 @@ context and keep no per-block progress of their own (that lives in the loop's st
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
 
 from .schedules import Schedule, as_schedule
+
+
+#: Per-position statistics a strategy may ask the candidate pass for (`Strategy.needs_stats`).
+STATS = ("current", "second", "entropy", "kl")
 
 
 @dataclass(frozen=True)
@@ -39,6 +44,24 @@ class StepContext:
             the loop only when a strategy declares `needs_current_probs`, else None.
         mask_token_id: the mask token id (for strategies that write it, e.g. `LowConfidenceRemask`);
             the decoding loop always sets it.
+        top_probs: FloatTensor `[B, S]`, the largest probability of the same (filtered,
+            temperature-scaled) distribution: `cand_probs` when decoding greedily, not when sampling;
+            set only when a strategy's `needs_stats` holds `"second"`, else None.
+        second_probs: FloatTensor `[B, S]`, the second largest probability of that distribution
+            (`top_probs - second_probs` is the top-1/top-2 margin; equal values when the top two
+            tie); set with `top_probs`, else None.
+        entropy: FloatTensor `[B, S]`, the entropy (nats) of that distribution; set only for
+            `"entropy"`, else None.
+        kl_prev: FloatTensor `[B, S]`, `KL(p_t || p_{t-1})` at each position, `p_{t-1}` being the
+            distribution of the previous forward of the same block at the same slot; `+inf` at a
+            block's first step (no previous distribution); set only for `"kl"`, else None.
+        positions: LongTensor `[B, S]`, each span slot's offset from the row's first completion
+            slot (0 for the first generated token, negative on the prompt); always set by the loop.
+        generator: the `torch.Generator` of the call (strategies that draw, e.g. Dream's `alg_temp`
+            or LLaDA's random remasking, draw from it), or None.
+        state: this strategy's own per-row state, as it returned it in `StepResult.state` at the
+            previous step of the block (tensors with the batch as first dim); empty at a block's
+            first step. The loop owns it: it keeps the previous values on rows that are not active.
     """
 
     tokens: torch.Tensor
@@ -53,6 +76,13 @@ class StepContext:
     block_masked: torch.Tensor | None = None
     mask_token_id: int | None = None
     current_probs: torch.Tensor | None = None
+    top_probs: torch.Tensor | None = None
+    second_probs: torch.Tensor | None = None
+    entropy: torch.Tensor | None = None
+    kl_prev: torch.Tensor | None = None
+    positions: torch.Tensor | None = None
+    generator: torch.Generator | None = None
+    state: Mapping[str, torch.Tensor] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -63,11 +93,14 @@ class StepResult:
         commit: BoolTensor `[B, S]`, masked positions to unmask (the set Γ).
         edit: BoolTensor `[B, S]`, written positions to rewrite (the set Δ).
         tokens: LongTensor `[B, S]`, the tokens to write where `commit | edit`.
+        state: the strategy's per-row state after this step (tensors with the batch as first dim),
+            handed back as `StepContext.state` at the next step of the block; None keeps no state.
     """
 
     commit: torch.Tensor
     edit: torch.Tensor
     tokens: torch.Tensor
+    state: Mapping[str, torch.Tensor] | None = None
 
     @staticmethod
     def empty(ctx: StepContext) -> StepResult:
@@ -91,6 +124,9 @@ class Strategy:
             (strategies that put masks back); 0 for the others.
         needs_current_probs: True if `step` reads `StepContext.current_probs`; the loop then reads
             the current token's probability in the same pass over the logits (`edit_candidates`).
+        needs_stats: the per-position statistics `step` reads, a subset of `STATS`
+            (`"current"`, `"second"`, `"entropy"`, `"kl"`); the candidate pass computes only what
+            some strategy of the run asks for.
     """
 
     name: ClassVar[str] = ""
@@ -104,6 +140,12 @@ class Strategy:
     def needs_current_probs(self) -> bool:
         """Whether `step` reads `StepContext.current_probs` (the loop computes it only then)."""
         return False
+
+    @property
+    def needs_stats(self) -> frozenset[str]:
+        """Statistics of `STATS` that `step` reads; the default derives `"current"` from
+        `needs_current_probs`."""
+        return frozenset({"current"}) if self.needs_current_probs else frozenset()
 
     @property
     def extra_forwards_per_block(self) -> int:
