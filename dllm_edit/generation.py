@@ -24,6 +24,7 @@ leave).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -37,6 +38,7 @@ from dllm_edit.output import EditGenerationOutput, StepRecord, cut_after_first_e
 from dllm_edit.proposer import Proposer
 from dllm_edit.special_tokens import SpecialTokens, resolve_special_tokens
 from dllm_edit.strategies import StepContext, StepResult, Strategy
+from dllm_edit.strategies.base import STATS
 from dllm_edit.streaming import StreamBridge
 
 
@@ -142,6 +144,26 @@ def _check_capabilities(
         )
 
 
+def _needed_stats(strategies: list[Strategy]) -> frozenset[str]:
+    """The union of the strategies' `needs_stats`; unknown names are refused before the loop."""
+    stats: set[str] = set()
+    for strategy in strategies:
+        wanted = set(strategy.needs_stats)
+        unknown = sorted(wanted - set(STATS))
+        if unknown:
+            raise ValueError(
+                f"{type(strategy).__name__}.needs_stats asks for {unknown}, which the candidate pass does "
+                f"not compute; choose among {list(STATS)}."
+            )
+        stats |= wanted
+    return frozenset(stats)
+
+
+def _scatter_rows(full: torch.Tensor, rows: torch.Tensor, part: torch.Tensor | None) -> torch.Tensor | None:
+    """`part` (`[R, ...]`, the forward rows) written into a copy of `full` (`[B, ...]`) at `rows`."""
+    return None if part is None else full.index_copy(0, rows, part)
+
+
 @torch.no_grad()
 def generate(
     model: Any,
@@ -206,6 +228,7 @@ def generate(
     strategies = config.build_strategies(block_start)
     use_cache = adapter_obj.default_use_cache if config.use_cache is None else bool(config.use_cache)
     _check_capabilities(adapter_obj, strategies, use_cache, config.compile)
+    stats = _needed_stats(strategies)
     layout, canvas = build_canvas(
         input_ids,
         attention_mask,
@@ -220,12 +243,19 @@ def generate(
     stream = StreamBridge(streamer, layout, special)
     try:
         stream.prompt(input_ids)
-        current = any(s.needs_current_probs for s in strategies)
-        propose = Proposer(
-            config, special, logits_processor, generator, device=input_ids.device, current_probs=current
-        )
+        propose = Proposer(config, special, logits_processor, generator, device=input_ids.device, stats=stats)
         num_forwards, num_edits, trace = _decode(
-            model, adapter_obj, config, strategies, layout, canvas, special, use_cache, stream, propose
+            model,
+            adapter_obj,
+            config,
+            strategies,
+            layout,
+            canvas,
+            special,
+            use_cache,
+            stream,
+            propose,
+            generator,
         )
     finally:
         stream.close()  # streamers are always ended, also when decoding raises
@@ -257,6 +287,7 @@ def _decode(
     use_cache: bool,
     stream: StreamBridge,
     propose: Proposer,
+    generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, list[StepRecord] | None]:
     """The block loop. Writes into `canvas` in place; returns (num_forwards, num_edits, trace)."""
     if config.compile:  # only adapters with supports_compile take the argument
@@ -273,6 +304,8 @@ def _decode(
     finished = torch.zeros(batch, dtype=torch.bool, device=device)  # [B] stopped at EOS
     trace: list[StepRecord] | None = [] if config.output_trace else None
     eos_stop = bool(config.eos_early_stop and special.eos)
+    keeps_previous = "kl" in propose.stats
+    first_generated = layout.offsets + layout.prompt_lengths  # [B] canvas slot of each completion's start
 
     for block in range(layout.first_block, layout.num_blocks):
         block_index = block - layout.first_block
@@ -294,6 +327,9 @@ def _decode(
         no_edit = torch.tensor(w * bl, device=device)  # [] "no window slot edited"
         edited_slot = no_edit  # [] first window slot edited at the last step
         block_masked = ((canvas[:, span] == special.mask) & in_block).sum(-1)  # [B] masks at block start
+        positions = torch.arange(span.start, span.stop, device=device) - first_generated[:, None]  # [B, S]
+        states: list[Any] = [{} for _ in strategies]  # each strategy's per-row state, reset per block
+        kept: tuple[torch.Tensor, torch.Tensor] | None = None  # previous step's ([B, S, V], [B, S]) for "kl"
         step_number = 0
         while True:
             old = canvas[:, span].clone()  # [B, S] tokens at the top of the step
@@ -328,16 +364,28 @@ def _decode(
 
             logits = session.logits(canvas, block, w)  # [R, S, V]
             if all_rows:
-                cand_tokens, cand_probs, current_probs = propose(logits, canvas, span)  # [B, S] x 3
+                cand = propose(logits, canvas, span, kept)  # [B, S] fields
+                if keeps_previous:
+                    kept = (cand.kept_logits, cand.kept_lse)  # type: ignore[assignment]
             else:
-                row_tokens, row_probs, row_current = propose(logits, canvas[rows], span)  # [R, S] x 3
-                cand_tokens = old.index_copy(0, rows, row_tokens)  # [B, S] frozen rows keep their tokens
-                cand_probs = torch.zeros(old.shape, device=device).index_copy(0, rows, row_probs)  # [B, S]
-                current_probs = (
-                    None
-                    if row_current is None
-                    else torch.zeros(old.shape, device=device).index_copy(0, rows, row_current)
-                )  # [B, S]
+                prev = None if kept is None else (kept[0][rows], kept[1][rows])  # [R, S, V], [R, S]
+                part = propose(logits, canvas[rows], span, prev)  # [R, S] fields
+                zeros = torch.zeros(old.shape, device=device)  # [B, S] frozen rows: never read
+                cand = part._replace(
+                    token=old.index_copy(0, rows, part.token),  # [B, S] frozen rows keep their tokens
+                    **{
+                        name: _scatter_rows(zeros, rows, getattr(part, name))
+                        for name in ("prob", "current_prob", "top_prob", "second_prob", "entropy", "kl")
+                    },
+                )
+                if keeps_previous:
+                    if kept is None:  # the block's first step: frozen rows' slots are never read
+                        kept = (torch.zeros(*old.shape, logits.shape[-1], device=device), zeros)
+                    kept = (
+                        kept[0].index_copy(0, rows, part.kept_logits),  # [B, S, V]
+                        kept[1].index_copy(0, rows, part.kept_lse),  # [B, S]
+                    )
+            cand_tokens, cand_probs = cand.token, cand.prob  # [B, S], [B, S]
             bad = (~torch.isfinite(cand_probs)).any(-1) & active  # [B]
 
             ctx = StepContext(
@@ -352,9 +400,20 @@ def _decode(
                 active=active,
                 block_masked=block_masked,
                 mask_token_id=special.mask,
-                current_probs=current_probs,
+                current_probs=cand.current_prob,
+                top_probs=cand.top_prob,
+                second_probs=cand.second_prob,
+                entropy=cand.entropy,
+                kl_prev=cand.kl,
+                positions=positions,
+                generator=generator,
             )
-            commit, edit, new = _combine([s.step(ctx) for s in strategies], old)
+            results = [
+                s.step(ctx if not states[i] else dataclasses.replace(ctx, state=states[i]))
+                for i, s in enumerate(strategies)
+            ]
+            states = [r.state if r.state is not None else {} for r in results]
+            commit, edit, new = _combine(results, old)
             commit = commit & active[:, None]  # [B, S]
             edit = edit & active[:, None]  # [B, S]
             canvas[:, span] = torch.where(commit | edit, new, old)

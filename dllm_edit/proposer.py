@@ -6,8 +6,9 @@ processors, then the candidate kernel (temperature, top-k / top-p, mask-token su
 the config sets one of transformers' other sampling warpers (min-p, typical, epsilon, eta), the
 logits are scaled by the temperature and filtered in transformers' order (top-k, top-p, then those)
 before the kernel samples at temperature 1. The kernel never keeps a `[B, S, V]` softmax alive.
-With `current_probs=True` (a strategy declared `needs_current_probs`) the same pass also reads the
-probability of the token currently at each position (`edit_candidates`); otherwise it is not computed.
+The same pass computes the statistics the run's strategies declared (`Strategy.needs_stats`: the
+current token's probability, the top-2 probabilities, the entropy, the KL to the previous step;
+`dllm_edit.kernels.candidate_stats`), and nothing else.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from transformers import (
 )
 
 from dllm_edit.config import EditGenerationConfig
-from dllm_edit.kernels import candidates, edit_candidates
+from dllm_edit.kernels import CandidateStats, candidate_stats, candidates
 from dllm_edit.special_tokens import SpecialTokens
 from dllm_edit.strategies import AdjacentRepeatPenalty
 
@@ -74,7 +75,7 @@ class Proposer:
         logits_processor: transformers `LogitsProcessorList` (or callable), or None.
         generator: torch.Generator for sampling.
         device: where the logits live (transformers' suppress / eta processors keep tensors there).
-        current_probs: also return the probability of the current token at each position.
+        stats: the statistics to compute besides the candidates (`dllm_edit.kernels.STAT_NAMES`).
     """
 
     def __init__(
@@ -84,10 +85,10 @@ class Proposer:
         logits_processor: Any = None,
         generator: torch.Generator | None = None,
         device: torch.device | str = "cpu",
-        current_probs: bool = False,
+        stats: frozenset[str] = frozenset(),
     ) -> None:
         self.mask = special.mask
-        self.current_probs = current_probs
+        self.stats = frozenset(stats)
         self.temperature = float(config.temperature or 0.0)
         # greedy: the argmax and its full-softmax probability, whatever filters a config inherited
         filters = config.active_sampling_filters() if self.temperature > 0 else {}
@@ -104,18 +105,23 @@ class Proposer:
         ]
 
     def __call__(
-        self, logits: torch.Tensor, canvas: torch.Tensor, span: slice
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        self,
+        logits: torch.Tensor,
+        canvas: torch.Tensor,
+        span: slice,
+        prev: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> CandidateStats:
         """Candidates for the span.
 
         Args:
             logits: `[B, S, V]` logits of the span.
             canvas: LongTensor `[B, T]`, the canvas at the top of the step.
             span: the canvas slots of the span.
+            prev: the previous step's `(kept_logits [B, S, V], kept_lse [B, S])` when `"kl"` is
+                asked for (None at a block's first step).
 
         Returns:
-            `(tokens, probs, current)`: LongTensor `[B, S]`, FloatTensor `[B, S]`, and the current
-            token's probability FloatTensor `[B, S]` (None unless `current_probs` is on).
+            `CandidateStats` with `[B, S]` fields (the statistics not asked for are None).
         """
         if self.stutter is not None:
             tokens = canvas[:, span]  # [B, S]
@@ -144,7 +150,7 @@ class Proposer:
             generator=self.generator,
             suppress_ids=self.suppress,
         )
-        if self.current_probs:
-            return edit_candidates(logits, canvas[:, span], **options)  # [B, S] x 3
+        if self.stats:
+            return candidate_stats(logits, self.stats, canvas[:, span], prev, **options)  # [B, S] fields
         tokens, probs = candidates(logits, **options)  # [B, S], [B, S]
-        return tokens, probs, None
+        return CandidateStats(token=tokens, prob=probs)

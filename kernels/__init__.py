@@ -5,10 +5,23 @@ Each op has a folder: the public dispatcher in `__init__.py`, the pure-torch pat
 see `docs/concepts/kernels.md` for the dispatch rules.
 """
 
-from .candidates import candidates, candidates_reference, edit_candidates, edit_candidates_reference
+from .candidates import (
+    STAT_NAMES,
+    CandidateStats,
+    candidate_stats,
+    candidate_stats_reference,
+    candidates,
+    candidates_reference,
+    edit_candidates,
+    edit_candidates_reference,
+)
 from .masked_logprob import masked_logprob, masked_logprob_reference
 
 __all__ = [
+    "STAT_NAMES",
+    "CandidateStats",
+    "candidate_stats",
+    "candidate_stats_reference",
     "candidates",
     "candidates_reference",
     "edit_candidates",

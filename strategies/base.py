@@ -17,7 +17,6 @@ import torch
 
 from .schedules import Schedule, as_schedule
 
-
 #: Per-position statistics a strategy may ask the candidate pass for (`Strategy.needs_stats`).
 STATS = ("current", "second", "entropy", "kl")
 
@@ -61,7 +60,8 @@ class StepContext:
             or LLaDA's random remasking, draw from it), or None.
         state: this strategy's own per-row state, as it returned it in `StepResult.state` at the
             previous step of the block (tensors with the batch as first dim); empty at a block's
-            first step. The loop owns it: it keeps the previous values on rows that are not active.
+            first step. The loop owns it and resets it at every block; a row that stops being
+            active stays inactive for the rest of the block, so its state is never read again.
     """
 
     tokens: torch.Tensor

@@ -16,7 +16,14 @@ from __future__ import annotations
 import torch
 
 from .._dispatch import Backend, use_triton
-from .reference import candidates_reference, edit_candidates_reference, filter_top_k, filter_top_p
+from .reference import (
+    candidate_stats_reference,
+    candidates_reference,
+    edit_candidates_reference,
+    filter_top_k,
+    filter_top_p,
+)
+from .stats import STAT_NAMES, CandidateStats
 
 
 def _check(
@@ -156,7 +163,69 @@ def edit_candidates(
     )
 
 
+def candidate_stats(
+    logits: torch.Tensor,
+    stats: frozenset[str] | set[str] = frozenset(),
+    current: torch.Tensor | None = None,
+    prev: tuple[torch.Tensor, torch.Tensor] | None = None,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+    suppress_ids: tuple[int, ...] = (),
+    *,
+    backend: Backend = "auto",
+) -> CandidateStats:
+    """`candidates` plus the statistics named in `stats`, from the same pass over the logits.
+
+    The semantics are those of `candidate_stats_reference`; dispatch as in `candidates` (the Triton
+    kernel accumulates the top-2, the entropy and the KL in its single streaming pass).
+
+    Args:
+        logits: `[..., V]` logits.
+        stats: a subset of `STAT_NAMES`: `"current"` (needs `current`), `"second"` (top-1 and top-2
+            probabilities), `"entropy"`, `"kl"` (against `prev`; keeps this step's logits).
+        current: LongTensor `[...]`, the token at each position.
+        prev: the previous result's `(kept_logits, kept_lse)` for `"kl"` (None: KL is `+inf`).
+        temperature: as in `candidates`.
+        top_k: as in `candidates`.
+        top_p: as in `candidates`.
+        generator: as in `candidates`.
+        suppress_ids: as in `candidates`.
+        backend: as in `candidates`.
+
+    Returns:
+        `CandidateStats` (fields not asked for are None).
+
+    Examples:
+        >>> import torch
+        >>> out = candidate_stats(torch.tensor([[0.0, 2.0, 1.0]]), {"second", "entropy"})
+        >>> round(out.prob.item() - out.second_prob.item(), 4), round(out.entropy.item(), 4)
+        (0.4206, 0.8324)
+    """
+    _check("candidate_stats", logits, temperature, current if "current" in stats else None)
+    if _fused("candidate_stats", logits, top_k, top_p, backend):
+        from .triton import candidate_stats_triton
+
+        return candidate_stats_triton(logits, stats, current, prev, temperature, generator, suppress_ids)
+    return candidate_stats_reference(
+        logits,
+        stats,
+        current,
+        prev,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        generator=generator,
+        suppress_ids=suppress_ids,
+    )
+
+
 __all__ = [
+    "STAT_NAMES",
+    "CandidateStats",
+    "candidate_stats",
+    "candidate_stats_reference",
     "candidates",
     "candidates_reference",
     "edit_candidates",

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import torch
 
+from .stats import CandidateStats, check_stats
+
 # Rows per chunk are chosen so a chunk's float32 working copy stays near this many bytes.
 _CHUNK_BYTES = 16 * 2**20
 
@@ -64,10 +66,17 @@ def _candidates_chunk(
     suppress_ids: tuple[int, ...],
     out: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None],
     current: torch.Tensor | None = None,
+    extra: dict[str, torch.Tensor] | None = None,
+    prev: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> None:
     """One chunk of rows, computed in the caller's buffers (`work`, `scratch`: `[n, V]` float32) and
     written to `out` = (token `[n]`, prob `[n]`, current_prob `[n]` or None). Nothing of size `[n, V]`
-    is allocated unless top-k / top-p filtering is on."""
+    is allocated unless top-k / top-p filtering is on, or `extra` asks for the entropy or the KL (one
+    `[n, V]` temporary per chunk).
+
+    `extra` holds the chunk's slices of the optional outputs of `candidate_stats_reference`
+    (`top_prob`, `second_prob`, `entropy`, `kl`: `[n]`; `kept_logits`: `[n, V]`, `kept_lse`: `[n]`);
+    `prev` the previous step's kept `(logits [n, V], lse [n])` that `kl` compares against."""
     token_out, prob_out, current_out = out
     x = work.copy_(logits)  # [n, V] float32 working copy; the caller's logits are never written
     if suppress_ids:
@@ -98,6 +107,45 @@ def _candidates_chunk(
         valid = (current >= 0) & (current < vocab)  # [n]
         at = probs.gather(-1, current.clamp(0, vocab - 1)[:, None]).squeeze(-1)  # [n]
         current_out.copy_(torch.where(valid | prob_out.isnan(), at, 0.0))  # [n]
+    if extra:
+        _extra_stats(x, probs, prob_out.isnan(), extra, prev)
+
+
+def _extra_stats(
+    x: torch.Tensor,
+    probs: torch.Tensor,
+    bad: torch.Tensor,
+    extra: dict[str, torch.Tensor],
+    prev: tuple[torch.Tensor, torch.Tensor] | None,
+) -> None:
+    """The optional statistics of one chunk from its filtered logits `x` `[n, V]` and softmax `probs`
+    `[n, V]`; `bad` `[n]` marks NaN rows (every statistic NaN there, as `prob` is)."""
+    nan = torch.tensor(float("nan"), device=x.device)
+    if "top_prob" in extra:
+        top2 = torch.topk(probs, min(2, probs.shape[-1]), dim=-1).values  # [n, 2]
+        extra["top_prob"].copy_(top2[:, 0])
+        second = top2[:, 1] if top2.shape[-1] > 1 else torch.zeros_like(top2[:, 0])  # [n]
+        extra["second_prob"].copy_(torch.where(bad, nan, second))
+    if not {"entropy", "kl", "kept_lse"} & set(extra):
+        return
+    lse = torch.logsumexp(x, dim=-1)  # [n]; -inf on an all -inf row
+    live = probs > 0  # [n, V]; 0 * -inf terms are 0, not NaN
+    if "entropy" in extra:
+        logp = x - lse[:, None]  # [n, V]
+        plogp = torch.where(live, probs * logp, 0.0).sum(-1)  # [n]
+        extra["entropy"].copy_(torch.where(bad, nan, -plogp))
+    if "kl" in extra:
+        if prev is None:
+            raise ValueError("candidate_stats: kl=True needs `prev`, the previous step's kept logits and lse")
+        prev_x, prev_lse = prev  # [n, V], [n]
+        # KL(p || q) = sum_v p (x - x_q) - (lse - lse_q): the log-probabilities' difference without
+        # forming either; a token p keeps and q excluded (x_q = -inf) makes it +inf
+        drift = torch.where(live, probs * (x - prev_x), 0.0).sum(-1)  # [n]
+        kl = drift - (lse - prev_lse)  # [n]
+        extra["kl"].copy_(torch.where(bad, nan, kl.clamp_min(0.0)))
+    if "kept_lse" in extra:
+        extra["kept_logits"].copy_(x)
+        extra["kept_lse"].copy_(lse)
 
 
 def _candidates_rows(
@@ -108,10 +156,15 @@ def _candidates_rows(
     generator: torch.Generator | None,
     suppress_ids: tuple[int, ...],
     current: torch.Tensor | None,
+    extra_out: dict[str, torch.Tensor] | None = None,
+    prev: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Rows in chunks, all through two preallocated float32 buffers of about `_CHUNK_BYTES / 2` each
     (the working copy; the noise, then the softmax), so the memory a call adds is the same every call
-    and every process, whatever the allocator does with freed blocks."""
+    and every process, whatever the allocator does with freed blocks.
+
+    `extra_out`: flat `[N]` (and `[N, V]` for `kept_logits`) outputs of the optional statistics,
+    filled chunk by chunk; `prev`: flat `([N, V], [N])` kept logits and lse of the previous step."""
     lead = logits.shape[:-1]
     vocab = logits.shape[-1]
     flat = logits.reshape(-1, vocab)  # [N, V]
@@ -138,6 +191,8 @@ def _candidates_rows(
             suppress_ids,
             (token[start:stop], prob[start:stop], None if current_prob is None else current_prob[start:stop]),
             None if flat_current is None else flat_current[start:stop],
+            None if not extra_out else {key: value[start:stop] for key, value in extra_out.items()},
+            None if prev is None else (prev[0][start:stop], prev[1][start:stop]),
         )
     return (
         token.reshape(lead),
@@ -216,3 +271,94 @@ def edit_candidates_reference(
     )
     assert current_prob is not None
     return token, prob, current_prob
+
+
+def candidate_stats_reference(
+    logits: torch.Tensor,
+    stats: frozenset[str] | set[str] = frozenset(),
+    current: torch.Tensor | None = None,
+    prev: tuple[torch.Tensor, torch.Tensor] | None = None,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+    suppress_ids: tuple[int, ...] = (),
+) -> CandidateStats:
+    """The candidates and the statistics named in `stats` (`STAT_NAMES`), in one chunked pass.
+
+    Every statistic is of the distribution the candidate is drawn from: after suppression,
+    temperature and top-k / top-p. With `"kl"` the result also keeps this step's logits and lse
+    (`kept_logits`, `kept_lse`), which the next call takes as `prev`; without `prev` (a block's first
+    step) the KL is `+inf`.
+
+    Args:
+        logits: `[..., V]` logits (any float dtype).
+        stats: names of `STAT_NAMES` to compute.
+        current: LongTensor `[...]`, the token at each position (for `"current"`).
+        prev: the previous call's `(kept_logits [..., V], kept_lse [...])`, for `"kl"`.
+        temperature: as in `candidates_reference`.
+        top_k: as in `candidates_reference`.
+        top_p: as in `candidates_reference`.
+        generator: as in `candidates_reference`.
+        suppress_ids: as in `candidates_reference`.
+
+    Returns:
+        `CandidateStats`.
+
+    Examples:
+        >>> import torch
+        >>> out = candidate_stats_reference(torch.tensor([[0.0, 2.0, 1.0]]), {"second", "entropy"})
+        >>> out.token.tolist(), round(out.second_prob.item(), 4), round(out.entropy.item(), 4)
+        ([1], 0.2447, 0.8324)
+    """
+    check_stats("candidate_stats", stats, current)
+    lead, vocab = logits.shape[:-1], logits.shape[-1]
+    n = logits.numel() // vocab if vocab else 0
+    device = logits.device
+    extra: dict[str, torch.Tensor] = {}
+    if "second" in stats:
+        extra["top_prob"] = torch.empty(n, dtype=torch.float32, device=device)
+        extra["second_prob"] = torch.empty(n, dtype=torch.float32, device=device)
+    if "entropy" in stats:
+        extra["entropy"] = torch.empty(n, dtype=torch.float32, device=device)
+    flat_prev = None
+    if "kl" in stats:
+        extra["kept_logits"] = torch.empty(n, vocab, dtype=torch.float32, device=device)
+        extra["kept_lse"] = torch.empty(n, dtype=torch.float32, device=device)
+        if prev is not None:
+            check_prev("candidate_stats", prev, logits)
+            extra["kl"] = torch.empty(n, dtype=torch.float32, device=device)
+            flat_prev = (prev[0].reshape(n, vocab), prev[1].reshape(n))
+    token, prob, current_prob = _candidates_rows(
+        logits,
+        temperature,
+        top_k,
+        top_p,
+        generator,
+        suppress_ids,
+        current.long() if "current" in stats and current is not None else None,
+        extra,
+        flat_prev,
+    )
+    shaped = {
+        key: value.reshape(*lead, vocab) if key == "kept_logits" else value.reshape(lead)
+        for key, value in extra.items()
+    }
+    if "kl" in stats and prev is None:
+        shaped["kl"] = torch.full(lead, float("inf"), dtype=torch.float32, device=device)
+    return CandidateStats(token=token, prob=prob, current_prob=current_prob, **shaped)
+
+
+def check_prev(op: str, prev: tuple[torch.Tensor, torch.Tensor], logits: torch.Tensor) -> None:
+    """`prev` must be the `(kept_logits, kept_lse)` of a call on logits of the same shape."""
+    if (
+        not isinstance(prev, tuple)
+        or len(prev) != 2
+        or tuple(prev[0].shape) != tuple(logits.shape)
+        or tuple(prev[1].shape) != tuple(logits.shape[:-1])
+    ):
+        got = [tuple(t.shape) for t in prev] if isinstance(prev, tuple) else type(prev).__name__
+        raise ValueError(
+            f"{op}: `prev` must be the previous step's (kept_logits {tuple(logits.shape)}, kept_lse "
+            f"{tuple(logits.shape[:-1])}), got {got}; pass the kept_logits / kept_lse of the last result"
+        )

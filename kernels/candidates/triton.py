@@ -28,6 +28,9 @@ import torch
 import triton
 import triton.language as tl
 
+from .reference import check_prev
+from .stats import CandidateStats, check_stats
+
 _INT32_MAX = 2**31 - 1
 #: Largest tile (ids per loop iteration). 4096 fp32 lanes over 8 warps is 16 registers per lane
 #: array per thread.
@@ -48,9 +51,21 @@ def _candidates_kernel(
     tok_ptr,
     prob_ptr,
     cur_prob_ptr,
+    top_ptr,
+    second_ptr,
+    ent_ptr,
+    kl_ptr,
+    prev_ptr,
+    prev_lse_ptr,
+    kept_ptr,
+    kept_lse_ptr,
     NUM_SUP: tl.constexpr,
     SAMPLE: tl.constexpr,
     HAS_CUR: tl.constexpr,
+    SECOND: tl.constexpr,
+    ENTROPY: tl.constexpr,
+    KL: tl.constexpr,
+    KEEP: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
@@ -64,6 +79,10 @@ def _candidates_kernel(
     best_x = tl.full([BLOCK], neg_inf, tl.float32)  # x at the best key (sampling)
     best_i = tl.full([BLOCK], big, tl.int32)  # its id
     nan_i = tl.full([BLOCK], big, tl.int32)  # first NaN id per lane
+    v1 = tl.full([BLOCK], neg_inf, tl.float32)  # largest x per lane ("second")
+    v2 = tl.full([BLOCK], neg_inf, tl.float32)  # second largest x per lane
+    t = tl.zeros([BLOCK], tl.float32)  # sum of exp(x - m) * (x - m) per lane ("entropy")
+    d = tl.zeros([BLOCK], tl.float32)  # sum of exp(x - m) * (x - x_prev) per lane ("kl")
     if SAMPLE:
         seed = tl.load(seed_ptr)
     for start in range(0, vocab, BLOCK):
@@ -79,7 +98,21 @@ def _candidates_kernel(
         m_new = tl.maximum(m, x)
         # a lane that has seen only -inf keeps m = -inf and s = 0; shifting by 0 there avoids -inf - -inf
         shift = tl.where(m_new == neg_inf, 0.0, m_new)
-        s = s * tl.exp(m - shift) + tl.exp(x - shift)
+        scale = tl.exp(m - shift)
+        e = tl.exp(x - shift)
+        if ENTROPY:
+            # sum e^(x-m')(x-m') = e^(m-m') (t + (m-m') s) + e^(x-m')(x-m'); no 0 * -inf terms
+            moved = tl.where(m == neg_inf, 0.0, m - shift)
+            t = scale * (t + moved * s) + tl.where(e > 0, e * (x - shift), 0.0)
+        if KL:
+            xp = tl.load(prev_ptr + row * vocab + offs, mask=offs < vocab, other=neg_inf)
+            d = d * scale + tl.where(e > 0, e * (x - xp), 0.0)
+        if KEEP:
+            tl.store(kept_ptr + row * vocab + offs, x, mask=offs < vocab)
+        if SECOND:
+            v2 = tl.maximum(v2, tl.minimum(v1, x))
+            v1 = tl.maximum(v1, x)
+        s = s * scale + e
         m = m_new
         if SAMPLE:
             u = tl.maximum(tl.rand(seed, row * vocab + offs), 1e-20)
@@ -111,6 +144,27 @@ def _candidates_kernel(
     prob = tl.where(has_nan, float("nan"), prob)
     tl.store(tok_ptr + row, token.to(tl.int64))
     tl.store(prob_ptr + row, prob)
+    bad = has_nan | empty
+    lane_w = tl.exp(m - row_shift)  # [BLOCK] each lane's rescaling to the row max
+    lse = tl.where(empty, neg_inf, row_max + tl.log(total))
+    if SECOND:
+        top_lane = tl.min(tl.where(v1 == row_max, lanes, BLOCK), 0)
+        second_x = tl.max(tl.where(lanes == top_lane, v2, v1), 0)
+        tl.store(top_ptr + row, tl.where(bad, float("nan"), tl.exp(row_max - row_shift) / total))
+        second = tl.where(second_x == neg_inf, 0.0, tl.exp(second_x - row_shift) / total)
+        tl.store(second_ptr + row, tl.where(has_nan, float("nan"), second))
+    if ENTROPY:
+        # sum_v p (x - M) over lanes, then H = log(total) - that
+        moved_l = tl.where(m == neg_inf, 0.0, m - row_shift)
+        mean_shifted = tl.sum(lane_w * (t + moved_l * s), 0) / total
+        tl.store(ent_ptr + row, tl.where(bad, float("nan"), tl.log(total) - mean_shifted))
+    if KL:
+        prev_lse = tl.load(prev_lse_ptr + row)
+        drift = tl.sum(tl.where(s > 0, lane_w * d, 0.0), 0) / total
+        kl = tl.maximum(drift - (lse - prev_lse), 0.0)
+        tl.store(kl_ptr + row, tl.where(bad, float("nan"), kl))
+    if KEEP:
+        tl.store(kept_lse_ptr + row, lse)
     if HAS_CUR:
         cur = tl.load(cur_ptr + row)
         valid = (cur >= 0) & (cur < vocab)
@@ -190,15 +244,76 @@ def candidates_triton(
         >>> tok.tolist(), round(p.item(), 4), round(cur.item(), 4)
         ([1], 0.6652, 0.2447)
     """
+    stats = frozenset({"current"}) if current is not None else frozenset()
+    out = candidate_stats_triton(logits, stats, current, None, temperature, generator, suppress_ids, block)
+    return out.token, out.prob, out.current_prob
+
+
+def candidate_stats_triton(
+    logits: torch.Tensor,
+    stats: frozenset[str] | set[str] = frozenset(),
+    current: torch.Tensor | None = None,
+    prev: tuple[torch.Tensor, torch.Tensor] | None = None,
+    temperature: float = 0.0,
+    generator: torch.Generator | None = None,
+    suppress_ids: tuple[int, ...] = (),
+    block: int | None = None,
+) -> CandidateStats:
+    """Fused `candidate_stats_reference` (without top-k / top-p): the statistics of `stats` from the
+    same single pass over each row (the top-2 values, the entropy's and the KL's sums are running
+    per-lane accumulators, rescaled with the online softmax; `"kl"` also writes the row's filtered
+    logits once, as `kept_logits`, and its lse).
+
+    Args:
+        logits: `[..., V]` logits on CUDA (or on the CPU under `TRITON_INTERPRET=1`).
+        stats: names of `STAT_NAMES`.
+        current: LongTensor `[...]`, for `"current"`.
+        prev: the previous call's `(kept_logits, kept_lse)`, for `"kl"` (None: KL is `+inf`).
+        temperature: as in `candidates_triton`.
+        generator: as in `candidates_triton`.
+        suppress_ids: as in `candidates_triton`.
+        block: as in `candidates_triton`.
+
+    Returns:
+        `CandidateStats`.
+
+    Examples:
+        >>> import torch
+        >>> device = "cuda" if torch.cuda.is_available() else "cpu"  # the CPU needs TRITON_INTERPRET=1
+        >>> out = candidate_stats_triton(torch.tensor([[0.0, 2.0, 1.0]], device=device), {"second"})
+        >>> round(out.top_prob.item(), 4), round(out.second_prob.item(), 4)
+        (0.6652, 0.2447)
+    """
+    check_stats("candidate_stats", stats, current)
     lead = logits.shape[:-1]
     vocab = logits.shape[-1]
     device = logits.device
+
+    def new(with_vocab: bool = False) -> torch.Tensor:
+        shape = (*lead, vocab) if with_vocab else tuple(lead)
+        return torch.empty(shape, dtype=torch.float32, device=device)
+
     token = torch.empty(lead, dtype=torch.long, device=device)
-    prob = torch.empty(lead, dtype=torch.float32, device=device)
-    cur_prob = torch.empty(lead, dtype=torch.float32, device=device) if current is not None else None
+    prob = new()
+    has_cur = "current" in stats
+    second, keep = "second" in stats, "kl" in stats
+    kl = keep and prev is not None
+    out: dict[str, torch.Tensor] = {"current_prob": new()} if has_cur else {}
+    if second:
+        out["top_prob"], out["second_prob"] = new(), new()
+    if "entropy" in stats:
+        out["entropy"] = new()
+    if keep:
+        out["kept_logits"], out["kept_lse"] = new(with_vocab=True), new()
+    if kl:
+        assert prev is not None
+        check_prev("candidate_stats", prev, logits)
+        out["kl"] = new()
+        prev_x = prev[0].to(device=device, dtype=torch.float32).contiguous()  # [..., V]
+        prev_lse = prev[1].to(device=device, dtype=torch.float32).contiguous()  # [...]
     x, rows, inner, stride_outer, stride_inner = _rows(logits)
     if rows == 0:
-        return token, prob, cur_prob
+        return CandidateStats(token=token, prob=prob, **out)
     for i in suppress_ids:
         if not -vocab <= i < vocab:
             raise ValueError(
@@ -208,7 +323,11 @@ def candidates_triton(
     sup = torch.tensor([i % vocab for i in suppress_ids] or [0], dtype=torch.int64, device=device)
     sample = temperature > 0
     seed = _seed(generator, device) if sample else sup
-    cur = current.reshape(-1).to(device=device, dtype=torch.long).contiguous() if current is not None else sup
+    cur = (
+        current.reshape(-1).to(device=device, dtype=torch.long).contiguous()
+        if has_cur and current is not None
+        else sup
+    )
     if block is None:
         block = min(MAX_BLOCK, triton.next_power_of_2(vocab))
     _candidates_kernel[(rows,)](
@@ -223,11 +342,25 @@ def candidates_triton(
         float(temperature) if sample else 1.0,
         token,
         prob,
-        cur_prob if cur_prob is not None else prob,
+        out.get("current_prob", prob),
+        out.get("top_prob", prob),
+        out.get("second_prob", prob),
+        out.get("entropy", prob),
+        out.get("kl", prob),
+        prev_x if kl else prob,
+        prev_lse if kl else prob,
+        out.get("kept_logits", prob),
+        out.get("kept_lse", prob),
         NUM_SUP=len(suppress_ids),
         SAMPLE=sample,
-        HAS_CUR=current is not None,
+        HAS_CUR=has_cur,
+        SECOND=second,
+        ENTROPY="entropy" in stats,
+        KL=kl,
+        KEEP=keep,
         BLOCK=block,
         num_warps=8 if block >= 2048 else 4,
     )
-    return token, prob, cur_prob
+    if keep and not kl:
+        out["kl"] = torch.full(lead, float("inf"), dtype=torch.float32, device=device)
+    return CandidateStats(token=token, prob=prob, **out)
