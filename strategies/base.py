@@ -124,6 +124,9 @@ class Strategy:
             (strategies that put masks back); 0 for the others.
         needs_current_probs: True if `step` reads `StepContext.current_probs`; the loop then reads
             the current token's probability in the same pass over the logits (`edit_candidates`).
+        sweep: `(field, values)`, the setting `dllm-edit bench --strategies` varies to trace the
+            rule's speed / accuracy curve (its threshold, γ, ...), from the most careful value to
+            the most aggressive; None: the rule is measured at its defaults only.
         needs_stats: the per-position statistics `step` reads, a subset of `STATS`
             (`"current"`, `"second"`, `"entropy"`, `"kl"`); the candidate pass computes only what
             some strategy of the run asks for.
@@ -131,6 +134,7 @@ class Strategy:
 
     name: ClassVar[str] = ""
     unmasks: ClassVar[bool] = False
+    sweep: ClassVar[tuple[str, tuple[Any, ...]] | None] = None
 
     @property
     def needs_window(self) -> int:

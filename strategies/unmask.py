@@ -86,6 +86,7 @@ class ThresholdUnmask(Strategy):
     num_to_transfer: int = 1
 
     unmasks = True
+    sweep = ("threshold", (0.9, 0.7, 0.5, 0.3))
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "threshold", threshold_field("threshold", self.threshold))

@@ -1,0 +1,242 @@
+"""Every registered unmasking algorithm on the same model and held-out tasks: `dllm-edit bench --strategies`.
+
+Each algorithm (a registered `Strategy` with `unmasks=True`) runs over its own sweep
+(`Strategy.sweep`: its threshold, γ, ... from the most careful value to the most aggressive), alone
+or composed with T2T editing, and is scored as the trade-off grid scores a setting
+(`dllm_edit.evaluation.score_tasks`): exact match on the synthetic tasks, parse rate on code, tokens
+per forward, tokens/s, and the wall time the algorithm took. `pareto_plot` draws accuracy against
+tokens per forward, one curve per algorithm.
+
+Examples:
+    >>> [s.label for s in algorithm_settings(["ThresholdUnmask"], editing=("off", "S"))][::4]
+    ['ThresholdUnmask threshold=0.9', 'ThresholdUnmask threshold=0.9 + T2T S']
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dllm_edit.config import EditGenerationConfig
+from dllm_edit.evaluation import EDITING, decode_prompts, score_tasks
+from dllm_edit.strategies import Strategy, available_strategies, get_strategy
+
+#: Editing compositions of the comparison: T2T off, or the Q / S thresholds of the trade-off grid.
+ALGORITHM_EDITING = {"off": "off", "Q": "Q (0.5)", "S": "S (0.0)"}
+
+
+def unmasking_strategies() -> list[str]:
+    """Names of the registered strategies that fill masks (the algorithms `--strategies all` runs)."""
+    return [name for name in available_strategies() if get_strategy(name).unmasks]
+
+
+def resolve_names(spec: str | Sequence[str]) -> list[str]:
+    """`"all"`, a comma-separated string or a list of names -> registered unmasking strategy names.
+
+    Raises:
+        ValueError: an unknown name (with close matches), or a strategy that does not unmask.
+    """
+    names = [n.strip() for n in spec.split(",")] if isinstance(spec, str) else list(spec)
+    names = [n for n in names if n]
+    if names == ["all"]:
+        return unmasking_strategies()
+    if not names:
+        raise ValueError("--strategies needs at least one name, or 'all'.")
+    known = unmasking_strategies()
+    for name in names:
+        if name not in known:
+            registered = available_strategies()
+            if name in registered:
+                raise ValueError(
+                    f"--strategies: {name!r} does not unmask (it edits or remasks written tokens); "
+                    f"choose among the unmasking strategies {known}, or compose editing with --editing."
+                )
+            close = difflib.get_close_matches(name, known, n=3)
+            hint = f" Did you mean {close}?" if close else ""
+            raise ValueError(f"--strategies: unknown strategy {name!r}; choose among {known} or 'all'.{hint}")
+    return list(dict.fromkeys(names))
+
+
+@dataclass(frozen=True)
+class AlgorithmSetting:
+    """One point of an algorithm's sweep: the strategy, the swept value, and the editing composed with it."""
+
+    algorithm: str
+    field: str | None
+    value: Any
+    editing: str  # a key of ALGORITHM_EDITING
+
+    @property
+    def label(self) -> str:
+        swept = "" if self.field is None else f" {self.field}={self.value}"
+        edit = "" if self.editing == "off" else f" + T2T {self.editing}"
+        return f"{self.algorithm}{swept}{edit}"
+
+    def strategy(self, block_length: int) -> Strategy:
+        cls = get_strategy(self.algorithm)
+        kwargs: dict[str, Any] = {} if self.field is None else {self.field: self.value}
+        if "block_length" in {f.name for f in dataclasses.fields(cls)}:  # e.g. QuotaUnmask
+            kwargs.setdefault("block_length", block_length)
+        return cls(**kwargs)
+
+    def config(self, max_new_tokens: int, block_length: int) -> EditGenerationConfig:
+        return EditGenerationConfig.from_mode(
+            "quality",
+            unmasking=self.strategy(block_length),
+            editing_threshold=EDITING[ALGORITHM_EDITING[self.editing]],
+            max_new_tokens=max_new_tokens,
+            block_length=block_length,
+        )
+
+
+def algorithm_settings(
+    names: Sequence[str], editing: Sequence[str] = ("off",), block_length: int = 32
+) -> list[AlgorithmSetting]:
+    """Every algorithm of `names` over its `Strategy.sweep`, for each editing composition.
+
+    Every setting is built (and so validated) here, before any forward runs.
+
+    Raises:
+        ValueError: an unknown editing name, or a sweep value the strategy refuses.
+    """
+    unknown = [e for e in editing if e not in ALGORITHM_EDITING]
+    if unknown:
+        raise ValueError(f"--editing: unknown {unknown}; choose among {list(ALGORITHM_EDITING)}.")
+    out = []
+    for name in names:
+        sweep = get_strategy(name).sweep
+        points: list[tuple[str | None, Any]] = (
+            [(None, None)] if sweep is None else [(sweep[0], v) for v in sweep[1]]
+        )
+        for edit in editing:
+            for field, value in points:
+                setting = AlgorithmSetting(name, field, value, edit)
+                setting.config(16, block_length)  # validate now
+                out.append(setting)
+    return out
+
+
+def compare_algorithms(
+    model: Any,
+    tokenizer: Any,
+    settings: Sequence[AlgorithmSetting],
+    synthetic: Sequence[dict[str, str]],
+    code: Sequence[dict[str, str]],
+    *,
+    block_length: int = 32,
+    batch: int = 32,
+    synthetic_tokens: int = 16,
+    code_tokens: int = 64,
+    repeats: int = 1,
+    progress: bool = True,
+) -> list[dict[str, Any]]:
+    """Score every setting on the held-out rows (a progress bar over the settings).
+
+    Args:
+        repeats: decode each setting this many times; the scores are the first run's (decoding is
+            deterministic when greedy), the times (`seconds`, tokens/s) the median of the runs.
+
+    Returns:
+        One dict per setting: `algorithm`, `field`, `value`, `editing`, `label`, the scores of
+        `score_tasks` (`accuracy`, `tpf_synthetic`, `tokens_per_s_synthetic`, and the code ones when
+        `code` is given) and `seconds`, the wall time of the setting's decodes.
+    """
+    from tqdm.auto import tqdm
+
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"`repeats` must be an int >= 1, got {repeats!r}.")
+    if synthetic or code:  # one untimed decode: first-call costs do not land on the first algorithm
+        warm = settings[0].config(4, block_length) if settings else None
+        if warm is not None:
+            decode_prompts(model, tokenizer, [r["prompt"] for r in (synthetic or code)[:2]], warm, batch=2)
+    rows = []
+    for setting in tqdm(settings, desc="algorithms", disable=not progress):
+
+        def decode(prompts: list[str], max_new_tokens: int, setting: AlgorithmSetting = setting):
+            return decode_prompts(
+                model, tokenizer, prompts, setting.config(max_new_tokens, block_length), batch
+            )
+
+        runs = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            row: dict[str, Any] = dataclasses.asdict(setting) | {"label": setting.label}
+            row = score_tasks(row, decode, synthetic, code, synthetic_tokens, code_tokens)
+            row["seconds"] = time.perf_counter() - start
+            runs.append(row)
+        row = runs[0]
+        for key in ("seconds", "tokens_per_s_synthetic", "tokens_per_s_code"):
+            if key in row:
+                row[key] = statistics.median(r[key] for r in runs)
+        row["repeats"] = repeats
+        rows.append(row)
+    return rows
+
+
+def format_algorithm_table(rows: Sequence[dict[str, Any]]) -> str:
+    """A markdown table of `compare_algorithms` rows."""
+    columns = ["algorithm", "setting", "editing", "exact match (%)", "TPF", "tokens/s", "wall (s)"]
+    has_code = any("parse_rate" in r for r in rows)
+    if has_code:
+        columns += ["parses (%)", "TPF (code)"]
+    lines = ["| " + " | ".join(columns) + " |", "|---|---|---|" + "---:|" * (len(columns) - 3)]
+    nan = float("nan")
+    for r in rows:
+        setting = "defaults" if r["field"] is None else f"{r['field']}={r['value']}"
+        cells = [
+            r["algorithm"],
+            setting,
+            r["editing"],
+            f"{r.get('accuracy', nan):.1f}",
+            f"{r.get('tpf_synthetic', nan):.2f}",
+            f"{r.get('tokens_per_s_synthetic', nan):.0f}",
+            f"{r['seconds']:.1f}",
+        ]
+        if has_code:
+            cells += [f"{r.get('parse_rate', nan):.1f}", f"{r.get('tpf_code', nan):.2f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def pareto_plot(rows: Sequence[dict[str, Any]], path: str) -> None:
+    """Exact match against tokens per forward, one curve per (algorithm, editing) over its sweep.
+
+    Raises:
+        ImportError: matplotlib is not installed (the `bench` extra).
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as err:
+        raise ImportError('Plotting needs matplotlib: pip install "dllm-edit[bench]".') from err
+    fig, ax = plt.subplots(figsize=(8.5, 5))
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        if "accuracy" in r:
+            groups.setdefault((r["algorithm"], r["editing"]), []).append(r)
+    markers = "osD^vP<>X*"
+    for i, ((algorithm, editing), group) in enumerate(groups.items()):
+        group = sorted(group, key=lambda r: r["tpf_synthetic"])
+        ax.plot(
+            [r["tpf_synthetic"] for r in group],
+            [r["accuracy"] for r in group],
+            marker=markers[i % len(markers)],
+            linestyle="--" if editing != "off" else "-",
+            label=algorithm + ("" if editing == "off" else f" + T2T {editing}"),
+        )
+    ax.set(
+        xlabel="tokens per forward",
+        ylabel="exact match (%)",
+        title="decoding algorithms (held-out synthetic)",
+    )
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
