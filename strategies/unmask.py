@@ -178,6 +178,7 @@ class QuotaUnmask(Strategy):
     spread: str = "block_length"
 
     unmasks = True
+    sweep = ("steps", (32, 16, 8, 4))  # forwards per block; `dllm-edit bench` blocks are 32 long
 
     def __post_init__(self) -> None:
         for name in ("steps", "block_length"):

@@ -4,6 +4,8 @@ dllm-edit bench                                   # the shipped model, the full 
 dllm-edit bench --model m2t=runs/m2t --model edit=runs/edit --plot tradeoff.png
 dllm-edit bench --quick                           # a small grid on few prompts
 dllm-edit bench --ar-model ar=runs/default-model-ar   # add an autoregressive baseline (plain generate)
+dllm-edit bench --strategies all --json algos.json --plot algos.png   # every decoding algorithm
+dllm-edit bench --strategies eb_sampler,fast_dllm_factor --editing off,S
 """
 
 from __future__ import annotations
@@ -64,6 +66,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--json", default=None, metavar="FILE", help="also write the rows as JSON")
     parser.add_argument(
+        "--strategies",
+        default=None,
+        metavar="NAME[,NAME...]",
+        help="compare decoding algorithms instead of the trade-off grid: registered unmasking strategies "
+        "(comma-separated) or 'all', each over its own sweep (one model)",
+    )
+    parser.add_argument(
+        "--editing",
+        default="off",
+        metavar="off|Q|S[,...]",
+        help="with --strategies: T2T editing composed with each algorithm (default: off)",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="with --strategies: decode each setting N times; times are the median (default 1)",
+    )
+    parser.add_argument(
         "--trust-remote-code", action="store_true", help="allow models that ship their own code"
     )
     return parser
@@ -107,11 +128,66 @@ def _check_multi_block_edit(models: dict[str, Any]) -> None:
         )
 
 
+def _run_algorithms(args: argparse.Namespace) -> int:
+    """`--strategies`: every named algorithm over its sweep on one model (`dllm_edit.algorithm_bench`)."""
+    from dllm_edit.algorithm_bench import (
+        algorithm_settings,
+        compare_algorithms,
+        format_algorithm_table,
+        pareto_plot,
+        resolve_names,
+    )
+    from dllm_edit.data.builtin import builtin_rows
+
+    if args.ar_model or args.remask or args.thresholds is not None:
+        raise ValueError(
+            "--strategies compares unmasking algorithms over their own sweeps; --ar-model, --remask and "
+            "--thresholds belong to the trade-off grid. Drop them, or drop --strategies."
+        )
+    if args.repeats < 1:
+        raise ValueError(f"--repeats must be >= 1, got {args.repeats}.")
+    names = resolve_names(args.strategies)
+    editing = [e.strip() for e in args.editing.split(",") if e.strip()]
+    settings = algorithm_settings(names, editing=editing)  # every setting validated before a forward
+    specs = _split_specs(args.model or [], "--model")
+    if len(specs) > 1:
+        raise ValueError("--strategies measures one model; pass a single --model NAME=PATH.")
+    if args.plot is not None:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError as err:
+            raise ImportError('--plot needs matplotlib: pip install "dllm-edit[bench]".') from err
+    if specs:
+        model, tokenizer = _load(specs, args.trust_remote_code)[specs[0][0]]
+    else:
+        from dllm_edit.shipped import load_default
+
+        model, tokenizer = load_default()
+    synthetic = builtin_rows("dllm_edit:synthetic", "test")[
+        : 200 if args.synthetic is None else args.synthetic
+    ]
+    code = builtin_rows("dllm_edit:code", "test")[: 0 if args.code is None else args.code]
+    rows = compare_algorithms(model, tokenizer, settings, synthetic, code, repeats=args.repeats)
+    print(
+        f"held-out: {len(synthetic)} synthetic prompts (exact match), {len(code)} code prompts (parse rate)"
+    )
+    print(format_algorithm_table(rows))
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(rows, handle, indent=1, default=str)
+    if args.plot:
+        pareto_plot(rows, args.plot)
+        print(f"plot written to {args.plot}")
+    return 0
+
+
 def run(argv: Sequence[str]) -> int:
     from dllm_edit.data.builtin import builtin_rows
     from dllm_edit.evaluation import format_table, plot, tradeoff, tradeoff_settings
 
     args = build_parser().parse_args(list(argv))
+    if args.strategies is not None:
+        return _run_algorithms(args)
     if args.quick:  # a smaller default grid; explicit --thresholds / --synthetic / --code still win
         args.no_mbe = True
     if args.thresholds is None:
