@@ -167,7 +167,11 @@ class EditGenerationConfig(GenerationConfig):
 
     Every other field inherited from `GenerationConfig` is either metadata or refused with a
     `ValueError` when set (beam search, `max_length`, `stop_strings`, `no_repeat_ngram_size`,
-    ...): the full table, with the reason for each, is `dllm_edit.config_fields`.
+    ...): the full table, with the reason for each, is `dllm_edit.config_fields`. A key that is no
+    field at all (`treshold=0.1`) raises a `TypeError` naming the closest fields, on every path into a
+    config: the constructor, `from_mode`, `replace`, `from_dict` / `from_pretrained` (transformers'
+    own bookkeeping keys such as `transformers_version` pass) and a YAML file given to
+    `dllm-edit generate --config`.
 
     Examples:
         >>> from dllm_edit import EditGenerationConfig
@@ -200,6 +204,7 @@ class EditGenerationConfig(GenerationConfig):
     compile: bool
 
     def __init__(self, **kwargs: Any) -> None:
+        _refuse_unknown_keys(kwargs, self.valid_fields())
         ours = {key: kwargs.pop(key, default) for key, default in _DEFAULTS.items()}
         kwargs.setdefault("max_new_tokens", 256)
         for key in _INHERITED_NONE:
@@ -272,6 +277,7 @@ class EditGenerationConfig(GenerationConfig):
         if new.strategies is not None:
             new.strategies = [s if isinstance(s, Strategy) else strategy_from_dict(s) for s in new.strategies]
         new.unmasking = _load_unmasking(new.unmasking)
+        _refuse_unread_unmask_fields(new, fields)
         new.validate()
         new._refuse_greedy_filters(set(fields))
         return new
@@ -308,6 +314,9 @@ class EditGenerationConfig(GenerationConfig):
 
         Raises:
             ValueError: `strict` and a refused field is set.
+            TypeError: `strict` and a key that is no field of `EditGenerationConfig` (with the closest
+                valid names); with `strict=False` such keys (e.g. a file written by another tool) are
+                dropped with a warning naming them.
 
         Examples:
             >>> from transformers import GenerationConfig
@@ -335,8 +344,18 @@ class EditGenerationConfig(GenerationConfig):
                 sorted(refused),
             )
         unknown = sorted(set(fields) - cls.valid_fields())
+        if unknown and strict:
+            raise TypeError(
+                f"Unknown generation option(s) {unknown} in the GenerationConfig: not fields of "
+                f"EditGenerationConfig. Closest valid names: {_close_matches(unknown, cls.valid_fields())}. "
+                "Fix or remove them; pass strict=False to drop them with a warning."
+            )
         if unknown:
-            logger.warning("Ignoring unknown generation_config field(s) %s.", unknown)
+            logger.warning(
+                "Ignoring unknown generation_config field(s) %s: not fields of EditGenerationConfig "
+                "(written by another tool?).",
+                unknown,
+            )
         updates = {key: value for key, value in fields.items() if key in cls.valid_fields()}
         updates.pop("do_sample", None)
         if not strict and not set(fields) & set(_DEFAULTS):
@@ -632,6 +651,43 @@ class EditGenerationConfig(GenerationConfig):
         return out
 
 
+# transformers' bookkeeping keys, passed to the constructor by `from_dict` / `from_pretrained` on 4.57
+# and 5.x (`GenerationConfig.__init__` pops them); never generation options.
+_BOOKKEEPING = frozenset(
+    {"transformers_version", "_from_model_config", "_commit_hash", "_original_object_hash"}
+)
+
+
+def _close_matches(unknown: list[str], valid: set[str]) -> dict[str, list[str]]:
+    return {key: difflib.get_close_matches(key, sorted(valid), n=3) for key in unknown}
+
+
+def _refuse_unknown_keys(kwargs: dict[str, Any], valid: set[str]) -> None:
+    """Refuse constructor keys that are no field (a typo such as `treshold` would otherwise be kept as
+    an attribute, saved, and never read), in place.
+
+    transformers' bookkeeping keys pass. `from_model_config` (`_from_model_config=True`) hands over
+    every key of a model config (`hidden_size`, ...): those that are no generation field are dropped.
+
+    Raises:
+        TypeError: a key that is neither a field nor bookkeeping, with the closest valid names.
+    """
+    unknown = sorted(key for key in kwargs if key not in valid and key not in _BOOKKEEPING)
+    if not unknown:
+        return
+    if kwargs.get("_from_model_config"):
+        for key in unknown:
+            del kwargs[key]
+        return
+    raise TypeError(
+        f"Unknown generation option(s) {unknown}: not fields of EditGenerationConfig. Closest valid "
+        f"names: {_close_matches(unknown, valid)}. For a generation_config.json written by another tool, "
+        "load it with transformers.GenerationConfig.from_pretrained and pass it to "
+        "EditGenerationConfig.from_generation_config(config, strict=False), which drops unknown keys "
+        "with a warning."
+    )
+
+
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -657,6 +713,21 @@ def _load_schedule(value: Any) -> Any:
     if isinstance(value, dict):
         return as_schedule(value)
     return value
+
+
+def _refuse_unread_unmask_fields(config: EditGenerationConfig, fields: dict[str, Any]) -> None:
+    """`threshold` / `num_to_transfer` configure the default M2T rule: setting them next to an
+    `unmasking` strategy, which replaces that rule, would be silently ignored."""
+    if config.unmasking is None:
+        return
+    unread = [key for key in ("threshold", "num_to_transfer") if key in fields]
+    if unread:
+        name = config.unmasking.registry_name()
+        raise ValueError(
+            f"{unread} set while `unmasking`={name!r} replaces the threshold rule they configure, so they "
+            f"would be ignored. Set the strategy's own fields instead (e.g. unmasking={{'type': {name!r}, "
+            "...}), or unmasking=None to use the threshold rule."
+        )
 
 
 def _load_unmasking(value: Any) -> Any:

@@ -107,6 +107,11 @@ def export_sglang(
     edit_threshold = EDITING_OFF if editing is None else _constant("editing_threshold", editing, problems)
     if config.strategies is not None:
         problems.append("`strategies` is an explicit strategy list; SGLang runs only JointThreshold")
+    if getattr(config, "unmasking", None) is not None:
+        problems.append(
+            f"`unmasking={config.unmasking.registry_name()!r}` is another unmasking rule; SGLang runs only "
+            "JointThreshold's"
+        )
     if config.steps is not None:
         problems.append(
             f"`steps={config.steps}` selects the fixed-steps quota mode, which JointThreshold lacks"

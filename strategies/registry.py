@@ -14,6 +14,7 @@ Examples:
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any
@@ -67,7 +68,9 @@ def get_strategy(name: str) -> type[Strategy]:
     if name not in _REGISTRY:
         _load_entry_points()
     if name not in _REGISTRY:
-        raise ValueError(f"Unknown strategy {name!r}; registered: {sorted(_REGISTRY)}.")
+        close = difflib.get_close_matches(str(name), sorted(_REGISTRY), n=3)
+        hint = f" Did you mean {close}?" if close else ""
+        raise ValueError(f"Unknown strategy {name!r}; registered: {sorted(_REGISTRY)}.{hint}")
     return _REGISTRY[name]
 
 
