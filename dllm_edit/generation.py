@@ -31,6 +31,7 @@ import torch
 from transformers import GenerationConfig
 
 from dllm_edit.adapters import ModelAdapter, resolve_adapter
+from dllm_edit.adapters.shadow import check_shadow_block, open_shadow_session, split_shadow
 from dllm_edit.config import EditGenerationConfig
 from dllm_edit.inputs import check_input_ids, check_streamer
 from dllm_edit.layout import CanvasLayout, build_canvas
@@ -39,6 +40,7 @@ from dllm_edit.proposer import Proposer
 from dllm_edit.special_tokens import SpecialTokens, resolve_special_tokens
 from dllm_edit.strategies import StepContext, StepResult, Strategy
 from dllm_edit.strategies.base import STATS
+from dllm_edit.strategies.pc_sampler import check_vocab
 from dllm_edit.streaming import StreamBridge
 
 
@@ -228,6 +230,8 @@ def generate(
     strategies = config.build_strategies(block_start)
     use_cache = adapter_obj.default_use_cache if config.use_cache is None else bool(config.use_cache)
     _check_capabilities(adapter_obj, strategies, use_cache, config.compile)
+    shadow = check_shadow_block(adapter_obj, strategies, use_cache)  # WINO: refused before any forward
+    check_vocab(model, strategies)  # e.g. PC-Sampler's prior against the model's vocabulary
     stats = _needed_stats(strategies)
     layout, canvas = build_canvas(
         input_ids,
@@ -256,6 +260,7 @@ def generate(
             stream,
             propose,
             generator,
+            shadow,
         )
     finally:
         stream.close()  # streamers are always ended, also when decoding raises
@@ -288,9 +293,12 @@ def _decode(
     stream: StreamBridge,
     propose: Proposer,
     generator: torch.Generator | None = None,
+    shadow: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, list[StepRecord] | None]:
     """The block loop. Writes into `canvas` in place; returns (num_forwards, num_edits, trace)."""
-    if config.compile:  # only adapters with supports_compile take the argument
+    if shadow:  # the forwards also run WINO's shadow block of the active block
+        session: Any = open_shadow_session(adapter_obj, model, layout, use_cache, special.mask)
+    elif config.compile:  # only adapters with supports_compile take the argument
         session = adapter_obj.open(model, layout, use_cache, compile=True)  # type: ignore[call-arg]
     else:
         session = adapter_obj.open(model, layout, use_cache)
@@ -362,7 +370,10 @@ def _decode(
                 all_rows = False
                 session.select_rows(rows)
 
-            logits = session.logits(canvas, block, w)  # [R, S, V]
+            logits = session.logits(canvas, block, w)  # [R, S, V] ([R, S + bl, V] with the shadow block)
+            shadow_probs = None
+            if shadow:
+                logits, shadow_probs = split_shadow(logits, canvas, rows, block, w)  # [R, S, V], [B, S]
             if all_rows:
                 cand = propose(logits, canvas, span, kept)  # [B, S] fields
                 if keeps_previous:
@@ -407,6 +418,7 @@ def _decode(
                 kl_prev=cand.kl,
                 positions=positions,
                 generator=generator,
+                shadow_probs=shadow_probs,
             )
             results = [
                 s.step(ctx if not states[i] else dataclasses.replace(ctx, state=states[i]))

@@ -19,14 +19,47 @@ for _cls in (ThresholdUnmask, QuotaUnmask, TokenEdit, MultiBlockEdit, LowConfide
     register_strategy()(_cls)
 del _cls
 
+# the algorithm zoo, part 1 (docs/concepts/algorithms.md)
+from .dream import DreamUnmask  # noqa: E402
+from .eb_sampler import EBSampler  # noqa: E402
+from .fast_dllm import FastDLLMFactor, FastDLLMThreshold  # noqa: E402
+from .prophet import Prophet  # noqa: E402
+from .random_order import LLaDARandom  # noqa: E402
+
+register_strategy("fast_dllm_threshold")(FastDLLMThreshold)
+register_strategy("fast_dllm_factor")(FastDLLMFactor)
+register_strategy("eb_sampler")(EBSampler)
+register_strategy("prophet")(Prophet)
+register_strategy("dream")(DreamUnmask)
+register_strategy("llada_random")(LLaDARandom)
+
+# the algorithm zoo, part 2 (docs/concepts/algorithms-klass-pc-wino.md)
+from .klass import KLASS  # noqa: E402
+from .pc_sampler import PCSampler  # noqa: E402
+from .token_prior import estimate_token_prior, load_token_prior  # noqa: E402
+from .wino import WINO  # noqa: E402
+
+register_strategy("klass")(KLASS)
+register_strategy("pc_sampler")(PCSampler)
+register_strategy("wino")(WINO)
+
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "KLASS",
+    "WINO",
     "AdjacentRepeatPenalty",
     "Constant",
     "Cosine",
+    "DreamUnmask",
+    "EBSampler",
+    "FastDLLMFactor",
+    "FastDLLMThreshold",
+    "LLaDARandom",
     "Linear",
     "LowConfidenceRemask",
     "MultiBlockEdit",
+    "PCSampler",
+    "Prophet",
     "QuotaUnmask",
     "Schedule",
     "StepContext",
@@ -37,7 +70,9 @@ __all__ = [
     "TokenEdit",
     "as_schedule",
     "available_strategies",
+    "estimate_token_prior",
     "get_strategy",
+    "load_token_prior",
     "masked_count_quota",
     "quota_schedule",
     "register_strategy",

@@ -62,6 +62,10 @@ class StepContext:
             previous step of the block (tensors with the batch as first dim); empty at a block's
             first step. The loop owns it and resets it at every block; a row that stops being
             active stays inactive for the rest of the block, so its state is never read again.
+        shadow_probs: FloatTensor `[B, S]`, on the active block, the probability of each slot's token
+            (`tokens`) under the shadow block's distribution at that slot (a masked copy of the block
+            that sees the canvas without the slot itself; WINO's verification); set only when a
+            strategy's `needs_shadow_block` is True (`dllm_edit.adapters.shadow`), else None.
     """
 
     tokens: torch.Tensor
@@ -83,6 +87,7 @@ class StepContext:
     positions: torch.Tensor | None = None
     generator: torch.Generator | None = None
     state: Mapping[str, torch.Tensor] = field(default_factory=dict)
+    shadow_probs: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -127,6 +132,7 @@ class Strategy:
         sweep: `(field, values)`, the setting `dllm-edit bench --strategies` varies to trace the
             rule's speed / accuracy curve (its threshold, γ, ...), from the most careful value to
             the most aggressive; None: the rule is measured at its defaults only.
+        remasks: True if `step` may put the mask back on written tokens (WINO, `LowConfidenceRemask`).
         needs_stats: the per-position statistics `step` reads, a subset of `STATS`
             (`"current"`, `"second"`, `"entropy"`, `"kl"`); the candidate pass computes only what
             some strategy of the run asks for.
@@ -135,10 +141,29 @@ class Strategy:
     name: ClassVar[str] = ""
     unmasks: ClassVar[bool] = False
     sweep: ClassVar[tuple[str, tuple[Any, ...]] | None] = None
+    remasks: ClassVar[bool] = False
+
+    @property
+    def progress_every_step(self) -> bool:
+        """Whether every step fills at least one mask while masks remain (the invariant the property
+        suite checks); False for rules whose schedule may fill none at a step (Dream's), which
+        bound a block's forwards by `extra_forwards_per_block` instead."""
+        return not self.remasks
+
+    @property
+    def batch_independent(self) -> bool:
+        """Whether a row decodes the same in a batch as alone, draw for draw; False for rules drawing
+        one `[B, S]` sample per step from the call's generator (equal in distribution only)."""
+        return True
 
     @property
     def needs_window(self) -> int:
         return 0
+
+    @property
+    def needs_shadow_block(self) -> bool:
+        """Whether `step` reads `StepContext.shadow_probs` (the adapter must build the shadow block)."""
+        return False
 
     @property
     def needs_current_probs(self) -> bool:

@@ -83,6 +83,8 @@ class LowConfidenceRemask(Strategy):
     max_per_step: int = 1
     score: str = "candidate"
 
+    remasks = True
+
     def __post_init__(self) -> None:
         if self.score not in REMASK_SCORES:
             raise ValueError(

@@ -49,7 +49,7 @@ def test_it_decodes_and_replaces_the_threshold_rule():
     model = BagDenoiser(vocab_size=48, sharpness=1.0, exact=True)
     prompt = torch.tensor([[3, 4, 5, 6]])
     base = dict(max_new_tokens=8, block_length=4, editing_threshold=None, use_cache=False, **IDS)
-    default = ids(
+    default = dllm_edit.generate(
         model, prompt, generation_config=EditGenerationConfig(threshold=0.3, **base), adapter="bidirectional"
     )
     same = dllm_edit.generate(

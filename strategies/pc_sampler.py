@@ -1,0 +1,215 @@
+"""PC-Sampler (Huang et al., arXiv 2508.13021): position-aware, frequency-calibrated unmasking.
+
+Each masked slot `i` of the active block is scored by
+`score_i = exp(-λ · pos_i) · min(-c_i · log(f(x̂_i) + 1e-9), α)`, where `c_i` is the candidate's
+probability, `x̂_i` the candidate, `f` a token-frequency prior (`dllm_edit.strategies.token_prior`)
+and `pos_i` the slot's offset from the completion's first token. The position weight steers the
+decoding order from left to right (λ > 0), the calibration turns down tokens the corpus is full of
+(EOS, punctuation). Each step commits the `k` best-scored masked slots with LLaDA-1's fixed quota.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .base import StepContext, StepResult, Strategy
+from .token_prior import as_prior
+from .unmask import masked_count_quota, rank_descending
+
+_EPS = 1e-9  # inside the log, as the reference
+
+
+def _real(name: str, value: Any, hint: str, minimum: float, strict: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(
+            f"`{name}` of PCSampler must be a float ({hint}), got {type(value).__name__} {value!r}."
+        )
+    low_ok = value > minimum if strict else value >= minimum
+    if not (low_ok and math.isfinite(value)):
+        bound = f"> {minimum}" if strict else f">= {minimum}"
+        raise ValueError(f"`{name}` of PCSampler must be a finite float {bound} ({hint}), got {value!r}.")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class PCSampler(Strategy):
+    """PC-Sampler: commit the `k` masked slots of largest position-weighted, calibrated confidence.
+
+    `score_i = exp(-λ · pos_i) · C_i` with `C_i = min(-c_i · log(f(x̂_i) + 1e-9), α)` (no prior:
+    `C_i = c_i`, position weighting only), and `k = 1` per step (`steps=None`) or LLaDA-1's quota of
+    the block's masks over `steps` forwards. Slots are ranked by `log C_i - λ · pos_i`, the same order
+    without the underflow of `exp(-λ · pos)` (float32 reaches 0 past `pos ≈ 414` at λ = 0.25);
+    ties go to the lower slot.
+
+    Matches `NEUIR/PC-Sampler:src/generate.py:generate_with_pc_sampler` (@8b106b0; defaults of its
+    `scripts/eval_pc_sampler.sh`: λ = 0.25, α = 10, steps = gen_length = block_length), tokens and
+    forwards. There `pos` counts from the start of the block, here (as in the paper's algorithm) from
+    the completion's start: within a block the two differ by a common factor, so the order is the
+    same. The reference's `torch.topk` breaks exact ties in no specified order, and its positions
+    past the underflow all score 0.
+
+    Args:
+        lambd: λ >= 0, the position decay (0: no position preference).
+        alpha: α > 0, the clip of the calibrated confidence.
+        prior: token frequencies `[V]` (a tensor or sequence, kept as a tuple of floats), a path to
+            a `.pt` / `.npy` / `.json` prior (kept as the path), or None (no calibration). See
+            `estimate_token_prior` and `load_token_prior`. Call `check_vocab(V)` before decoding:
+            a prior of another size than the model's logits is refused.
+        steps: None (one token per step) or the forwards per block the quota spreads the masks over.
+
+    Examples:
+        >>> import torch
+        >>> from dllm_edit.strategies import PCSampler, StepContext
+        >>> ctx = StepContext(
+        ...     tokens=torch.tensor([[9, 9, 9]]), masked=torch.tensor([[True, True, True]]),
+        ...     editable=torch.zeros(1, 3, dtype=torch.bool), in_block=torch.ones(3, dtype=torch.bool),
+        ...     cand_tokens=torch.tensor([[0, 1, 2]]), cand_probs=torch.tensor([[0.9, 0.6, 0.5]]),
+        ...     positions=torch.tensor([[0, 1, 2]]),
+        ...     step=torch.tensor([0]), block_index=0, active=torch.tensor([True]))
+        >>> # token 0 is frequent (f = 0.5): -0.9 log 0.5 = 0.62 < -0.6 log 0.01 * exp(-0.25) = 2.15
+        >>> PCSampler(prior=[0.5, 0.01, 0.49]).step(ctx).commit.tolist()
+        [[False, True, False]]
+    """
+
+    lambd: float = 0.25
+    alpha: float = 10.0
+    prior: str | tuple[float, ...] | None = None
+    steps: int | None = None
+    _prior: torch.Tensor | None = field(default=None, init=False, repr=False, compare=False)
+
+    unmasks = True
+    sweep = ("steps", (32, 16, 8, 4))  # forwards per block; `dllm-edit bench` blocks are 32 long
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "lambd", _real("lambd", self.lambd, "λ, the position decay, e.g. 0.25", 0.0, False)
+        )
+        object.__setattr__(
+            self, "alpha", _real("alpha", self.alpha, "α, the calibration clip, e.g. 10", 0.0, True)
+        )
+        if self.steps is not None and (
+            isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1
+        ):
+            raise ValueError(
+                f"`steps` of PCSampler must be None (one token per step) or an int >= 1, got {self.steps!r}."
+            )
+        prior = self.prior
+        if prior is None:
+            return
+        tensor = as_prior(prior)  # [V] validated (TypeError / ValueError name `prior`)
+        if isinstance(prior, (str, os.PathLike)):
+            object.__setattr__(self, "prior", os.fspath(prior))
+        elif not (isinstance(prior, tuple) and all(type(v) is float for v in prior)):
+            object.__setattr__(self, "prior", tuple(float(v) for v in tensor.tolist()))
+        object.__setattr__(self, "_prior", tensor)
+
+    @property
+    def prior_size(self) -> int | None:
+        """The prior's vocabulary size (None without a prior)."""
+        return None if self._prior is None else int(self._prior.numel())
+
+    def check_vocab(self, vocab_size: int) -> None:
+        """Refuse a prior whose size is not the model's vocabulary (the size of its logits).
+
+        The decoding loop calls it before the first forward; the strategy alone only sees token ids
+        and cannot tell a prior that is too large.
+
+        Raises:
+            ValueError: the sizes differ.
+        """
+        size = self.prior_size
+        if size is not None and size != vocab_size:
+            raise ValueError(
+                f"`prior` of PCSampler has {size} entries but the model's vocabulary has {vocab_size} "
+                "(the size of its logits): estimate it with estimate_token_prior(..., vocab_size="
+                f"{vocab_size}) from this model's tokenizer."
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": self.registry_name()}
+        for key in ("lambd", "alpha", "prior", "steps"):
+            value = getattr(self, key)
+            out[key] = list(value) if isinstance(value, tuple) else value
+        return out
+
+    @staticmethod
+    def _frequencies(prior: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """FloatTensor `[B, S]`: the prior's frequency of each candidate."""
+        prior = prior if prior.device == tokens.device else prior.to(tokens.device)  # [V]
+        try:
+            return prior[tokens]  # [B, S]
+        except IndexError:  # raised on the CPU; on an accelerator the loop's check_vocab guards it
+            raise ValueError(
+                f"`prior` of PCSampler has {prior.numel()} entries, fewer than the model's vocabulary "
+                "(a candidate id is past its end); estimate it with this model's vocabulary size."
+            ) from None
+
+    def _quota(self, ctx: StepContext) -> torch.Tensor:
+        if self.steps is None:
+            return torch.ones_like(ctx.step)  # [B]
+        if ctx.block_masked is None:
+            raise ValueError(
+                "PCSampler(steps=...) needs `StepContext.block_masked` (the block's masks at its first "
+                "step); "
+                "the decoding loop sets it: build hand-made contexts with block_masked=..."
+            )
+        step = ctx.step.clamp(max=self.steps - 1)  # [B]
+        return masked_count_quota(ctx.block_masked, step, self.steps).clamp_min(1)  # [B]
+
+    def step(self, ctx: StepContext) -> StepResult:
+        if ctx.positions is None:
+            raise ValueError(
+                "PCSampler reads StepContext.positions (each slot's offset from the completion start), which "
+                "is None; the decoding loop always sets it: build hand-made contexts with positions=..."
+            )
+        masked = ctx.masked & ctx.in_block  # [B, S]
+        conf = ctx.cand_probs.to(torch.float32)  # [B, S]
+        if self._prior is None:
+            calibrated = conf  # [B, S]
+        else:
+            freq = self._frequencies(self._prior, ctx.cand_tokens)  # [B, S]
+            calibrated = (-conf * torch.log(freq + _EPS)).clamp(max=self.alpha)  # [B, S]
+        floor = torch.finfo(torch.float32).min
+        log_score = torch.log(calibrated.clamp_min(0)) - self.lambd * ctx.positions.to(
+            torch.float32
+        )  # [B, S]
+        log_score = log_score.clamp_min(floor)  # [B, S] a masked slot of score 0 still beats the others
+        scores = torch.where(masked, log_score, torch.full_like(log_score, -math.inf))  # [B, S]
+        commit = masked & (rank_descending(scores) < self._quota(ctx)[:, None])  # [B, S]
+        return StepResult(commit=commit, edit=torch.zeros_like(commit), tokens=ctx.cand_tokens)
+
+
+def model_vocab_size(model: Any) -> int | None:
+    """The size of a model's logits: its output embeddings' rows, else `config.vocab_size`, else None."""
+    get_output = getattr(model, "get_output_embeddings", None)
+    head = get_output() if callable(get_output) else None
+    weight = getattr(head, "weight", None)
+    if isinstance(weight, torch.Tensor) and weight.dim() == 2:
+        return int(weight.shape[0])
+    size = getattr(getattr(model, "config", None), "vocab_size", None)
+    return size if isinstance(size, int) and not isinstance(size, bool) else None
+
+
+def check_vocab(model: Any, strategies: Any) -> None:
+    """Call every strategy's `check_vocab(V)` hook with the model's vocabulary size (before the loop).
+
+    Raises:
+        ValueError: a strategy's hook refuses the size (e.g. a PC-Sampler prior of another size).
+
+    Examples:
+        >>> import torch
+        >>> model = torch.nn.Module(); model.get_output_embeddings = lambda: torch.nn.Linear(4, 3)
+        >>> check_vocab(model, [PCSampler(prior=[0.5, 0.25, 0.25])])  # 3 == 3: accepted
+    """
+    size = model_vocab_size(model)
+    if size is None:
+        return
+    for strategy in strategies:
+        hook = getattr(strategy, "check_vocab", None)
+        if callable(hook):
+            hook(size)
