@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dllm_edit.config import EditGenerationConfig
-from dllm_edit.evaluation import EDITING, decode_prompts, score_tasks
+from dllm_edit.evaluation import EDITING, decode_prompts, pyplot, score_tasks
 from dllm_edit.strategies import Strategy, available_strategies, get_strategy
 
 #: Editing compositions of the comparison: T2T off, or the Q / S thresholds of the trade-off grid.
@@ -222,14 +222,7 @@ def pareto_plot(rows: Sequence[dict[str, Any]], path: str) -> None:
     Raises:
         ImportError: matplotlib is not installed (the `bench` extra).
     """
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as err:
-        raise ImportError('Plotting needs matplotlib: pip install "dllm-edit[bench]".') from err
-    fig, ax = plt.subplots(figsize=(8.5, 5))
+    fig, ax = pyplot().subplots(figsize=(8.5, 5))
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in rows:
         if "accuracy" in r:
@@ -252,4 +245,4 @@ def pareto_plot(rows: Sequence[dict[str, Any]], path: str) -> None:
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
+    pyplot().close(fig)

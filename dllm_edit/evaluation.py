@@ -336,8 +336,8 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def plot(rows: Sequence[dict[str, Any]], path: str) -> None:
-    """Accuracy against tokens per forward, one line per (model, editing, MBE) over τ_mask.
+def pyplot() -> Any:
+    """matplotlib's pyplot on the non-interactive Agg backend (the plots are written to files).
 
     Raises:
         ImportError: matplotlib is not installed (the `bench` extra).
@@ -349,6 +349,16 @@ def plot(rows: Sequence[dict[str, Any]], path: str) -> None:
         import matplotlib.pyplot as plt
     except ImportError as err:
         raise ImportError('Plotting needs matplotlib: pip install "dllm-edit[bench]".') from err
+    return plt
+
+
+def plot(rows: Sequence[dict[str, Any]], path: str) -> None:
+    """Accuracy against tokens per forward, one line per (model, editing, MBE) over τ_mask.
+
+    Raises:
+        ImportError: matplotlib is not installed (the `bench` extra).
+    """
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))
     groups: dict[tuple[str, str, bool], list[dict[str, Any]]] = {}
     for r in rows:
