@@ -42,6 +42,8 @@ MODULES = [
     "dllm_edit.strategies.token_prior",
     "dllm_edit.strategies.wino",
     "dllm_edit.adapters.shadow",
+    "dllm_edit.adapters.dual_cache",
+    "dllm_edit.adapters.cache",
     "dllm_edit.algorithm_bench",
     "dllm_edit.data.synthetic",
     "dllm_edit.shipped",

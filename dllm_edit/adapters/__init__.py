@@ -41,6 +41,7 @@ from .base import ForwardSession, ModelAdapter
 from .bidirectional import ApproxCacheBidirectionalAdapter, BidirectionalAdapter
 from .block_causal import BlockCausalAdapter
 from .block_causal_shifted import BlockCausalShiftedAdapter
+from .dual_cache import DualCacheBidirectionalAdapter
 from .masked_lm import MaskedLMAdapter
 from .shifted import ShiftedLogitsAdapter
 
@@ -51,6 +52,7 @@ _ADAPTERS: dict[str, type[ModelAdapter]] = {
     BlockCausalShiftedAdapter.name: BlockCausalShiftedAdapter,
     BidirectionalAdapter.name: BidirectionalAdapter,
     ApproxCacheBidirectionalAdapter.name: ApproxCacheBidirectionalAdapter,
+    DualCacheBidirectionalAdapter.name: DualCacheBidirectionalAdapter,
     ShiftedLogitsAdapter.name: ShiftedLogitsAdapter,
     MaskedLMAdapter.name: MaskedLMAdapter,
 }
@@ -228,6 +230,7 @@ __all__ = [
     "BidirectionalAdapter",
     "BlockCausalAdapter",
     "BlockCausalShiftedAdapter",
+    "DualCacheBidirectionalAdapter",
     "ForwardSession",
     "MaskedLMAdapter",
     "ModelAdapter",
