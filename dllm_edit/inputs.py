@@ -10,9 +10,24 @@ import torch
 def check_input_ids(input_ids: Any, attention_mask: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """Validate `input_ids` / `attention_mask` and return them as tensors (mask defaulting to ones).
 
+    Every row must hold at least one prompt token: a diffusion decoder conditions the whole canvas on
+    the prompt, and an empty one (no columns, or a row whose mask is all 0) has no defined first
+    block. Prompt with the tokenizer's BOS token (or any start token) for unconditional generation.
+
     Raises:
         TypeError: not tensors, or `input_ids` not an integer tensor.
-        ValueError: wrong rank, shape mismatch, a mask that is not 0/1 left padding.
+        ValueError: wrong rank, no prompt token in some row, shape mismatch, a mask that is not 0/1
+            left padding.
+
+    Examples:
+        >>> import torch
+        >>> ids, mask = check_input_ids(torch.tensor([[0, 5], [4, 5]]), torch.tensor([[0, 1], [1, 1]]))
+        >>> mask.tolist()
+        [[0, 1], [1, 1]]
+        >>> check_input_ids(torch.tensor([[0, 5]]), torch.tensor([[0, 0]]))  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: `attention_mask` rows [0] are all 0: those rows hold no prompt token. ...
     """
     if not isinstance(input_ids, torch.Tensor):
         raise TypeError(
@@ -26,6 +41,12 @@ def check_input_ids(input_ids: Any, attention_mask: Any) -> tuple[torch.Tensor, 
         raise ValueError(
             f"`input_ids` must be 2-D [batch, prompt_len], got shape {tuple(input_ids.shape)}. "
             "For a single prompt use input_ids[None] / unsqueeze(0)."
+        )
+    if input_ids.shape[0] == 0 or input_ids.shape[1] == 0:
+        raise ValueError(
+            f"`input_ids` has shape {tuple(input_ids.shape)}: it needs at least one row and one prompt "
+            "token per row (an empty prompt has no defined first block). Give a prompt, e.g. the "
+            "tokenizer's BOS token for unconditional generation."
         )
     input_ids = input_ids.long()
     if attention_mask is None:
@@ -48,6 +69,13 @@ def check_input_ids(input_ids: Any, attention_mask: Any) -> tuple[torch.Tensor, 
         raise ValueError(
             "`attention_mask` must describe left padding (0s then 1s in every row); right padding is not "
             "supported. Set tokenizer.padding_side = 'left'."
+        )
+    empty = (mask[:, -1] == 0).nonzero().flatten()  # [E] rows whose left-padded mask is all 0
+    if empty.numel():
+        raise ValueError(
+            f"`attention_mask` rows {empty.tolist()} are all 0: those rows hold no prompt token. Drop them, "
+            "or give each row at least one token (e.g. the tokenizer's BOS token for unconditional "
+            "generation)."
         )
     return input_ids, mask
 

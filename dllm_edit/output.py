@@ -113,6 +113,10 @@ class EditGenerationOutput(ModelOutput):
     def trace_to_json(self, path: str | None = None) -> str:
         """The trace as JSON (one object per step, plus per-row totals); written to `path` if given.
 
+        The raw records, every row, canvas slots. For a file to keep, replay or share, with a format
+        version, completion positions, token texts and a checking loader, use
+        `dllm_edit.replay.trace_document` / `save_trace` (`dllm-edit generate --trace`).
+
         Raises:
             ValueError: when the output has no trace (decode with `output_trace=True`).
         """

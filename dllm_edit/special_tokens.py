@@ -52,11 +52,103 @@ def resolve_special_tokens(model: Any, config: Any, tokenizer: Any = None) -> Sp
             "model's generation_config, the tokenizer and the model config. Pass "
             "mask_token_id=tokenizer.mask_token_id (or set model.generation_config.mask_token_id)."
         )
+    vocab = vocabulary_size(model)
+    sources = token_id_sources(model, config, tokenizer)
+    for name in ("mask_token_id", "eos_token_id", "pad_token_id"):
+        check_token_ids(name, ladder(name), vocab, _source_name(name, sources))
+    check_token_ids(
+        "suppress_tokens", getattr(config, "suppress_tokens", None), vocab, "the generation config"
+    )
     eos = _as_ids(ladder("eos_token_id"))
     pad = ladder("pad_token_id")
     if pad is None:
         pad = eos[0] if eos else int(mask)
     return SpecialTokens(mask=int(mask), eos=eos, pad=int(pad))
+
+
+_SOURCE_NAMES = (
+    "the generation config",
+    "the model's generation_config",
+    "the tokenizer",
+    "the model config",
+)
+
+
+def _source_name(name: str, sources: tuple[Any, ...]) -> str:
+    for label, source in zip(_SOURCE_NAMES, sources, strict=True):
+        if getattr(source, name, None) is not None:
+            return label
+    return "the generation config"
+
+
+def vocabulary_size(model: Any) -> int | None:
+    """The number of token ids `model` embeds: its input embedding's rows, else `config.vocab_size`,
+    else a `vocab_size` attribute; None when the model tells none of them (then ids are not checked).
+
+    Examples:
+        >>> import torch
+        >>> from types import SimpleNamespace as NS
+        >>> vocabulary_size(NS(get_input_embeddings=lambda: torch.nn.Embedding(10, 2)))
+        10
+        >>> vocabulary_size(NS(config=NS(vocab_size=32))), vocabulary_size(object())
+        (32, None)
+    """
+    get = getattr(model, "get_input_embeddings", None)
+    if callable(get):
+        try:
+            rows = getattr(get(), "num_embeddings", None)
+        except (NotImplementedError, AttributeError):
+            rows = None
+        if isinstance(rows, int):
+            return rows
+    for holder in (getattr(model, "config", None), model):
+        size = getattr(holder, "vocab_size", None)
+        if isinstance(size, int) and not isinstance(size, bool):
+            return size
+    return None
+
+
+def check_token_ids(name: str, value: Any, vocab: int | None, source: str = "the generation config") -> None:
+    """Refuse token ids (`name` as the config spells it) that are not ints in `[0, vocab)`.
+
+    An id outside the vocabulary would fail deep inside the embedding lookup (mask, EOS, pad are
+    written into the canvas; suppressed ids index the logits), or never match a decoded token.
+
+    Args:
+        name: the field, e.g. `"mask_token_id"`.
+        value: None, an id, or a list of ids.
+        vocab: the model's vocabulary size (`vocabulary_size`); None checks only that ids are ints >= 0.
+        source: where the value was read, for the message.
+
+    Raises:
+        TypeError: an id that is not an int.
+        ValueError: an id < 0 or >= `vocab`.
+
+    Examples:
+        >>> check_token_ids("eos_token_id", [1, 2], vocab=48)
+        >>> check_token_ids("mask_token_id", 5000, vocab=48)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: `mask_token_id`=5000 (from the generation config) is outside the model's vocabulary ...
+    """
+    if value is None:
+        return
+    single = not isinstance(value, (list, tuple, set, frozenset, torch.Tensor))
+    ids = [value] if single else list(value.tolist() if isinstance(value, torch.Tensor) else value)
+    for token in ids:
+        if isinstance(token, bool) or not hasattr(token, "__index__"):
+            raise TypeError(
+                f"`{name}` (from {source}) must hold int token ids, got {type(token).__name__} {token!r}."
+            )
+    bad = [int(token) for token in ids if token < 0 or (vocab is not None and token >= vocab)]
+    if not bad:
+        return
+    limit = f"of {vocab} ids (0..{vocab - 1})" if vocab is not None else "(ids are >= 0)"
+    example = f"tokenizer.{name}" if name.endswith("_token_id") else "ids of the tokenizer's vocabulary"
+    raise ValueError(
+        f"`{name}`={bad[0] if single else bad!r} (from {source}) is outside the model's vocabulary {limit}. "
+        f"Set it to the model's own token id{'' if single else 's'}, e.g. {example}."
+    )
 
 
 def token_id_sources(model: Any, config: Any, tokenizer: Any = None) -> tuple[Any, ...]:

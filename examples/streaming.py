@@ -124,8 +124,10 @@ def main() -> None:
     ids = tokenizer([prompt], return_tensors="pt")["input_ids"]  # [1, P]: streaming is batch size 1
 
     # 1. a terminal
-    print(f"TerminalEditStreamer: {prompt}", end="", flush=True)
-    streamer = dllm_edit.TerminalEditStreamer(tokenizer, skip_prompt=True)
+    # the canvas redraws its lines in place: text before it on its first line goes in `prefix`
+    streamer = dllm_edit.TerminalEditStreamer(
+        tokenizer, skip_prompt=True, prefix=f"TerminalEditStreamer: {prompt}"
+    )
     out = dllm_edit.generate(model, ids, generation_config=cfg, tokenizer=tokenizer, streamer=streamer)
     if sys.stdout.isatty():  # drafts are drawn with terminal escape codes
         print("TextDiffusionStreamer:", flush=True)

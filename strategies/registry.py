@@ -86,4 +86,27 @@ def strategy_from_dict(data: dict[str, Any]) -> Strategy:
     kind = data.pop("type", None)
     if not isinstance(kind, str):
         raise ValueError(f"A strategy dict needs a 'type' key naming a registered strategy, got {data!r}.")
-    return get_strategy(kind)(**data)
+    cls = get_strategy(kind)
+    accepted = _init_fields(cls)
+    unknown = sorted(set(data) - accepted) if accepted is not None else []
+    if unknown:  # a misspelt field: name it and the close ones, rather than Python's bare TypeError
+        close = {key: difflib.get_close_matches(key, sorted(accepted or ()), n=2) for key in unknown}
+        hints = "; ".join(f"{key!r}: did you mean {near}?" for key, near in close.items() if near)
+        raise TypeError(
+            f"Strategy {kind!r} has no field(s) {unknown}; its fields are {sorted(accepted or ())}."
+            + (f" {hints}" if hints else "")
+        )
+    return cls(**data)
+
+
+def _init_fields(cls: type[Strategy]) -> set[str] | None:
+    """The keyword arguments `cls(...)` takes (None: it takes any, through `**kwargs`)."""
+    import inspect
+
+    try:
+        parameters = inspect.signature(cls).parameters.values()
+    except (TypeError, ValueError):  # pragma: no cover - a class without a signature
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    return {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}

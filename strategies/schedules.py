@@ -26,14 +26,21 @@ Axis = Literal["step", "block"]
 _AXES = ("step", "block")
 
 
+# What to suggest when a threshold is out of range: values the field accepts (the presets' own).
+_RANGE_HINTS = {
+    "threshold": "Use a value such as 0.5 (the speedy preset's) or 0.7 (the quality preset's).",
+    "editing_threshold": "Use a value such as 0.0 (the speedy preset's: edit whenever the argmax differs) "
+    "or 0.5 (the quality preset's), or None to turn editing off.",
+    "multi_block_threshold": "Use a value such as 0.9, or None to follow editing_threshold.",
+}
+
+
 def _check_probability(name: str, value: float) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"`{name}` must be a float in [0, 1], got {type(value).__name__} {value!r}.")
     if not (0.0 <= float(value) <= 1.0) or math.isnan(value):
-        raise ValueError(
-            f"`{name}` must be in [0, 1] (a probability threshold), got {value!r}. "
-            "Use a value such as 0.5 (speedy) or 0.7 (quality)."
-        )
+        hint = _RANGE_HINTS.get(name, "Use a value such as 0.5.")
+        raise ValueError(f"`{name}` must be in [0, 1] (a probability threshold), got {value!r}. {hint}")
 
 
 def _check_axis(axis: str) -> None:

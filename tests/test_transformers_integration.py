@@ -199,7 +199,9 @@ def test_terminal_streamer_highlights_edits(model):
             return True
 
     screen = Tty()
-    streamer = dllm_edit.TerminalEditStreamer(tok, skip_prompt=True, stream=screen)
+    streamer = dllm_edit.TerminalEditStreamer(
+        tok, skip_prompt=True, stream=screen, display="live", color=True
+    )
     out = dllm_edit.generate(
         model,
         torch.tensor([[5, 6, 7]]),

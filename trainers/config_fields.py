@@ -11,7 +11,12 @@ Every field of the parent config (TRL's own fields and every inherited transform
 
 `tests/test_config_fields.py` enumerates `dataclasses.fields(SFTConfig)` / `fields(GRPOConfig)` at
 run time and fails on any field in neither list, so a new TRL or transformers release cannot add an
-option that is silently ignored. Fields that exist only in some versions may be listed here anyway.
+option that is silently ignored. Listing a field as honoured is a claim the same file checks: some
+code that runs for the trainer must read it (our trainer code, or a transformers / TRL method our
+trainer does not override, or calls through `super()`). `EBPOTrainer` extends transformers'
+`Trainer`, not TRL's `GRPOTrainer`, so no `GRPOConfig` field is read unless our code reads it; and a
+`Trainer` method we replace (`get_train_dataloader`) no longer reads anything. Fields that exist
+only in some versions may be listed here anyway.
 """
 
 from __future__ import annotations

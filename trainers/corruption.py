@@ -11,7 +11,7 @@ tokens (M2T) and an *editing* stream that recovers original tokens from random-n
   *plausible* error (a digit for a digit, a bracket for a bracket, an identifier of the same
   function), the kind parallel drafting makes. Uniform vocabulary noise is easy to spot by its type
   alone, so a model trained only on it learns to keep any plausible token, and never edits its own
-  drafts (measured on the shipped model: docs/benchmarks.md);
+  drafts (measured on an earlier shipped model: docs/research-log.md, "Why the recipe changed");
 - **clean** otherwise (left as it is).
 
 With `shift_rate > 0`, that fraction of the examples also gets one *shifted span* (edit-based
@@ -19,14 +19,14 @@ corruption, as Seed Diffusion's insertions and deletions): the tokens of a span 
 response positions move one position right (an inserted token: the span starts with a copy of the
 token before it, and its last token drops out) or left (a deleted token: the token after the span is
 pulled in and so appears twice). These are the duplicated and dropped tokens of parallel drafting
-(`sort:689=` drafted as `6899`), errors that the rest of the block gives away, unlike a uniform
+(`sort:689=` drafted as `688`), errors that the rest of the block gives away, unlike a uniform
 random token. Shifted positions that are not masked and differ from `x_0` count as replaced.
 
 With `editing_stream_rate > 0`, that fraction of the examples (or blocks) is an *editing-stream*
 example: nothing is masked, only random replacements (rate `e`) — a fully written block with some
 wrong tokens, the state every post step of T2T decoding judges. Without such examples a model never
 sees a block with no mask during training, and at the post step it may "correct" right tokens
-(measured on the shipped model: docs/benchmarks.md). Mask rates are not lowered towards 0 for
+(measured on an earlier shipped model: docs/research-log.md). Mask rates are not lowered towards 0 for
 this: near-zero `t` makes the `1/t`-weighted drafting term high-variance (the LLaDA2.0 report's
 "mask ratio bandwidth").
 

@@ -2,7 +2,8 @@
 
 Random-token noise does not look like a model's own mistakes: a model trained only on it learns to
 spot random tokens and to trust any fluent one, so it keeps its own wrong drafts (measured on the
-shipped model: docs/benchmarks.md, `benchmarks/verify_confidence.py`). The remedy of LLaDA2.1's
+shipped model: docs/research-log.md, "Training the model to edit its own drafts",
+`benchmarks/verify_confidence.py`). The remedy of LLaDA2.1's
 self-generated T2T data, DMax's on-policy training and ProSeCo is to show the model its own drafts.
 
 For a fraction `on_policy_rate` of the examples of a micro-batch (after `on_policy_warmup_steps`

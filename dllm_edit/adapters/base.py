@@ -87,11 +87,22 @@ class ModelAdapter:
         if isinstance(limit, int) and layout.max_position + offset >= limit:
             longest = int(layout.prompt_lengths.max())
             reserved = f", of which the first {offset} are reserved by the embeddings" if offset else ""
+            fix = "Shorten the prompt or lower max_new_tokens."
+            total = longest + layout.max_new_tokens
+            if total + offset <= limit:  # prompt + completion fit: the rounding to whole blocks does not
+                divisor = max(d for d in range(1, layout.block_length + 1) if total % d == 0)
+                fix = (
+                    f"Prompt and completion fit in {total} positions, but the canvas is rounded up to whole "
+                    f"blocks of {layout.block_length}: lower block_length (one that divides {total}, e.g. "
+                    f"{divisor}, adds no position)"
+                )
+                tokens = (limit - offset) // layout.block_length * layout.block_length - longest
+                fix += f", or set max_new_tokens to {tokens}." if tokens > 0 else "."
             raise ValueError(
                 f"The canvas needs position ids up to {layout.max_position}, but the model's "
                 f"max_position_embeddings is {limit}{reserved} (longest prompt {longest} tokens + "
                 f"max_new_tokens {layout.max_new_tokens}, rounded up to block_length "
-                f"{layout.block_length}). Shorten the prompt or lower max_new_tokens."
+                f"{layout.block_length}). {fix}"
             )
 
 

@@ -15,9 +15,12 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from .checks import check_writable_file
+from .parsing import Parser, add_debug_argument
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="dllm-edit bench",
         description="Accuracy / parse rate against tokens per forward over τ_mask × editing × MBE "
         "(held-out data).",
@@ -87,7 +90,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--trust-remote-code", action="store_true", help="allow models that ship their own code"
     )
+    add_debug_argument(parser)
     return parser
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """`--plot` (matplotlib installed, a file type it writes) and `--json` can be written: checked
+    before any model is loaded, so an unwritable path never costs a whole benchmark."""
+    if args.plot is not None:
+        try:
+            from matplotlib.figure import Figure
+        except ImportError as err:
+            raise ImportError('--plot needs matplotlib: pip install "dllm-edit[bench]".') from err
+        formats = tuple(f".{kind}" for kind in Figure().canvas.get_supported_filetypes())
+        check_writable_file(args.plot, "--plot", suffixes=formats)
+    if args.json is not None:
+        check_writable_file(args.json, "--json")
 
 
 def _split_specs(specs: list[str], option: str) -> list[tuple[str, str]]:
@@ -146,17 +164,15 @@ def _run_algorithms(args: argparse.Namespace) -> int:
         )
     if args.repeats < 1:
         raise ValueError(f"--repeats must be >= 1, got {args.repeats}.")
+    for option, value in (("--synthetic", args.synthetic), ("--code", args.code)):
+        if value is not None and value < 0:
+            raise ValueError(f"{option} must be >= 0 (a number of held-out prompts), got {value}.")
     names = resolve_names(args.strategies)
     editing = [e.strip() for e in args.editing.split(",") if e.strip()]
     settings = algorithm_settings(names, editing=editing)  # every setting validated before a forward
     specs = _split_specs(args.model or [], "--model")
     if len(specs) > 1:
         raise ValueError("--strategies measures one model; pass a single --model NAME=PATH.")
-    if args.plot is not None:
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError as err:
-            raise ImportError('--plot needs matplotlib: pip install "dllm-edit[bench]".') from err
     if specs:
         model, tokenizer = _load(specs, args.trust_remote_code)[specs[0][0]]
     else:
@@ -189,6 +205,7 @@ def run(argv: Sequence[str]) -> int:
     from dllm_edit.evaluation import format_table, plot, tradeoff, tradeoff_settings
 
     args = build_parser().parse_args(list(argv))
+    check_outputs(args)
     if args.strategies is not None:
         return _run_algorithms(args)
     if args.quick:  # a smaller default grid; explicit --thresholds / --synthetic / --code still win
@@ -203,11 +220,6 @@ def run(argv: Sequence[str]) -> int:
         raise ValueError("--synthetic and --code must be >= 0, and not both 0.")
     if any(not 0.0 <= t <= 1.0 for t in args.thresholds):
         raise ValueError(f"--thresholds must lie in [0, 1], got {args.thresholds}.")
-    if args.plot is not None:
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError as err:
-            raise ImportError('--plot needs matplotlib: pip install "dllm-edit[bench]".') from err
     diffusion_specs = _split_specs(args.model or [], "--model")
     ar_specs = _split_specs(args.ar_model or [], "--ar-model")
     names = [name for name, _ in diffusion_specs + ar_specs]

@@ -27,16 +27,24 @@ def build_parser():  # type: ignore[no-untyped-def]
 
     from dllm_edit.trainers import EBPOConfig
 
-    return TrlParser((EBPOScriptArguments, EBPOConfig, ModelConfig), prog=PROG)
+    from .recipe import prepare_parser
+
+    return prepare_parser(TrlParser((EBPOScriptArguments, EBPOConfig, ModelConfig), prog=PROG))
 
 
 def run(argv: Sequence[str]) -> int:
     """Parse the recipe and flags, run EBPO, save the model (or adapter) and tokenizer to `output_dir`."""
-    from dllm_edit.trainers import EBPOTrainer
+    from trl import GRPOConfig
 
-    from .recipe import load_recipe, train_and_save
+    from dllm_edit.trainers import EBPOConfig, EBPOTrainer
 
-    loaded = load_recipe(build_parser(), argv, "a .json/.jsonl/.csv/.parquet file with a 'prompt' column")
+    from .recipe import help_requested, load_recipe, train_and_save
+
+    parser = build_parser()
+    summary = "EBPO reinforcement learning with verifiable rewards (--reward_funcs) from a TRL-style recipe."
+    if help_requested(parser, argv, summary, EBPOConfig, GRPOConfig, extra=("reward_funcs",)):
+        return 0
+    loaded = load_recipe(parser, argv, "a .json/.jsonl/.csv/.parquet file with a 'prompt' column")
     trainer = EBPOTrainer(
         loaded.model,
         reward_funcs=loaded.script_args.reward_funcs,

@@ -4,23 +4,32 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from .checks import check_writable_dir
+from .parsing import Parser, add_debug_argument
 
 CONFIG_NAME = "joint_threshold.yaml"
 LAUNCH_NAME = "launch_sglang.sh"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="dllm-edit export sglang",
         description="Write SGLang's JointThreshold config (YAML) and the launch command for a preset "
         "with overrides. Settings SGLang cannot express are refused (or dropped with a warning under "
         "--allow-approximate).",
     )
-    parser.add_argument("--mode", default="speedy", help="preset: speedy (S) or quality (Q)")
+    parser.add_argument(
+        "--mode",
+        default="speedy",
+        choices=("speedy", "quality"),
+        help="preset: speedy (S, default) or quality (Q); LLaDA-1's fixed-steps rule has no SGLang form",
+    )
     parser.add_argument(
         "--set",
         action="append",
@@ -44,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the model's architecture (default: read from MODEL/config.json when MODEL is a folder)",
     )
     parser.add_argument("--allow-approximate", action="store_true", help="drop unsupported settings, warning")
+    add_debug_argument(parser)
     return parser
 
 
@@ -84,7 +94,11 @@ def _adapter(config: dict[str, Any] | None) -> str | None:
 def run(argv: Sequence[str]) -> int:
     args = list(argv)
     if not args or args[0] in ("-h", "--help"):
-        print("usage: dllm-edit export sglang [options]   (dllm-edit export sglang --help)")
+        print(
+            "usage: dllm-edit export sglang --model MODEL --out FOLDER [options]\n\n"
+            "targets:\n  sglang   SGLang's JointThreshold config and launch script "
+            "(dllm-edit export sglang --help)"
+        )
         return 0 if args else 2
     if args[0] != "sglang":
         raise ValueError(f"Unknown export target {args[0]!r}; the one target is 'sglang'.")
@@ -93,6 +107,7 @@ def run(argv: Sequence[str]) -> int:
         value = getattr(ns, name)
         if value is not None and value < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}.")
+    check_writable_dir(ns.out, "--out")
     from dllm_edit.config import EditGenerationConfig
 
     config = EditGenerationConfig.from_mode(ns.mode, **_overrides(ns.set))
@@ -105,22 +120,25 @@ def run(argv: Sequence[str]) -> int:
         )
     for warning in caught:
         print(f"warning: {warning.message}")
-    out = Path(ns.out)
+    out = Path(os.path.abspath(Path(ns.out).expanduser()))  # the script runs from any folder
     out.mkdir(parents=True, exist_ok=True)
     config_path = out / CONFIG_NAME
     config_path.write_text(export.to_yaml())
+    local = Path(ns.model).expanduser()
     command = export.launch_command(
-        ns.model,
+        os.path.abspath(local) if local.exists() else ns.model,
         str(config_path),
         trust_remote_code=not ns.no_trust_remote_code,
         max_running_requests=ns.max_running_requests,
         tp_size=ns.tp_size,
     )
     defaults = json.dumps(export.request_defaults)
-    (out / LAUNCH_NAME).write_text(
+    launch = out / LAUNCH_NAME
+    launch.write_text(
         "#!/usr/bin/env bash\n# written by dllm-edit export sglang; per-request sampling parameters: "
         f"{defaults}\n{command}\n"
     )
+    launch.chmod(launch.stat().st_mode | 0o111)  # executable, as a launch script is run
     print(
         f"wrote {config_path} and {out / LAUNCH_NAME}\n{command}\nper-request sampling parameters: {defaults}"
     )

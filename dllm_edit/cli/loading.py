@@ -31,12 +31,16 @@ def load_model_and_tokenizer(
 
     Raises:
         FileNotFoundError: a local path that holds no model.
-        ValueError: remote code needed but `trust_remote_code` is off, or the model cannot be loaded.
+        ValueError: an unknown `dtype`, remote code needed but `trust_remote_code` is off, or the
+            model or tokenizer cannot be loaded (a corrupt or partial weights file, ...).
     """
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
 
     from dllm_edit.data.builtin import init_model, is_builtin
 
+    from .checks import check_dtype
+
+    dtype = check_dtype(dtype, option="dtype")
     if is_builtin(name_or_path):
         return init_model(name_or_path)
     path = Path(name_or_path).expanduser()
@@ -63,14 +67,32 @@ def load_model_and_tokenizer(
     masked_lm = any(a.endswith("ForMaskedLM") for a in (getattr(config, "architectures", None) or []))
     auto = AutoModelForMaskedLM if masked_lm else AutoModelForCausalLM
     kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code, "revision": revision}
-    if dtype not in (None, "auto"):
+    if dtype is not None:
         kwargs["dtype"] = dtype
     kwargs["attn_implementation"] = attn_implementation or "sdpa"
-    model = auto.from_pretrained(name_or_path, **kwargs)
-    tokenizer = AutoTokenizer.from_pretrained(
-        name_or_path, trust_remote_code=trust_remote_code, revision=revision
-    )
+    try:
+        model = auto.from_pretrained(name_or_path, **kwargs)
+    except Exception as err:  # a corrupt or partial weights file raises whatever its reader raises
+        raise ValueError(
+            f"Could not load the model weights from {name_or_path!r} ({type(err).__name__}: "
+            f"{_first_line(err)}). The weights file may be corrupt or incomplete: download or save the "
+            "model again."
+        ) from err
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(
+            name_or_path, trust_remote_code=trust_remote_code, revision=revision
+        )
+    except Exception as err:
+        raise ValueError(
+            f"Could not load a tokenizer from {name_or_path!r} ({type(err).__name__}: {_first_line(err)}). "
+            "The folder needs the tokenizer files saved with the model (tokenizer.save_pretrained)."
+        ) from err
     return model, tokenizer
+
+
+def _first_line(err: BaseException) -> str:
+    lines = str(err).strip().splitlines()
+    return lines[0][:300] if lines else "no message"
 
 
 def load_dataset_arg(name: str, config: str | None = None, split: str = "train") -> Any:

@@ -12,17 +12,25 @@ def build_parser():  # type: ignore[no-untyped-def]
 
     from dllm_edit.trainers import EditSFTConfig
 
-    return TrlParser((ScriptArguments, EditSFTConfig, ModelConfig), prog=PROG)
+    from .recipe import prepare_parser
+
+    return prepare_parser(TrlParser((ScriptArguments, EditSFTConfig, ModelConfig), prog=PROG))
 
 
 def run(argv: Sequence[str]) -> int:
     """Parse the recipe and flags, train, save the model (or adapter) and tokenizer to `output_dir`."""
-    from dllm_edit.trainers import EditSFTTrainer
+    from trl import SFTConfig
+
+    from dllm_edit.trainers import EditSFTConfig, EditSFTTrainer
 
     from .loading import load_dataset_arg
-    from .recipe import load_recipe, train_and_save
+    from .recipe import help_requested, load_recipe, train_and_save
 
-    loaded = load_recipe(build_parser(), argv, "a .json/.jsonl/.csv/.parquet file")
+    parser = build_parser()
+    summary = "Edit-aware SFT (the mixed M2T + T2T objective of LLaDA2.1) from a TRL-style recipe."
+    if help_requested(parser, argv, summary, EditSFTConfig, SFTConfig):
+        return 0
+    loaded = load_recipe(parser, argv, "a .json/.jsonl/.csv/.parquet file")
     args, script = loaded.training_args, loaded.script_args
     evaluation = None
     if args.eval_strategy != "no":

@@ -8,10 +8,15 @@ that editing has to repair.
 | family     | prompt          | completion |
 |------------|-----------------|------------|
 | `addition` | `"478+64="`     | `"542"`    |
-| `sort`     | `"sort:3141="`  | `"1134"`   |
+| `sort`     | `"sort:8125="`  | `"1258"`   |
 | `reverse`  | `"rev:abcd="`   | `"dcba"`   |
 | `reverse_digits` | `"mirror:4821="` | `"1284"` |
-| `brackets` | `"close:([{("`  | `")}])"`   |
+| `brackets` | `"close:[({"`   | `"})]"`    |
+
+The model shipped in the package knows `sort`, `reverse_digits` and `brackets` (`MIX_FAMILIES` of
+`dllm_edit.data.builtin`) and decodes their three examples above right at the S and Q presets
+(tests/test_true_examples.py); on the first 100 held-out prompts of each it is right on 68%, 98% and
+57% at S (73%, 98%, 57% at Q). It was not trained on `addition` and `reverse`.
 
 Held-out splits come from a different seed (`split="test"`), never from the training stream.
 """
