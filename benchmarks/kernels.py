@@ -40,7 +40,13 @@ from collections.abc import Callable
 
 import torch
 
-from dllm_edit.kernels import candidates, edit_candidates, masked_logprob, masked_logprob_reference
+from dllm_edit.kernels import (
+    candidate_stats,
+    candidates,
+    edit_candidates,
+    masked_logprob,
+    masked_logprob_reference,
+)
 
 MiB = 2**20
 
@@ -65,6 +71,16 @@ def naive_edit_candidates(logits: torch.Tensor, current: torch.Tensor):
     p = torch.softmax(logits.float(), dim=-1)  # [N, V]
     prob, tok = p.max(dim=-1)
     return tok, prob, p.gather(-1, current[:, None]).squeeze(-1)
+
+
+def naive_stats(logits: torch.Tensor, prev_logp: torch.Tensor | None = None):
+    """The margin/entropy rules' statistics (and the KL to `prev_logp`) from a full softmax `[N, V]`."""
+    logp = torch.log_softmax(logits.float(), dim=-1)  # [N, V]
+    p = logp.exp()  # [N, V]
+    top2, tok = p.topk(2, dim=-1)  # [N, 2]
+    entropy = -(p * logp).sum(-1)  # [N]
+    kl = None if prev_logp is None else (p * (logp - prev_logp)).sum(-1)  # [N]
+    return tok[:, 0], top2, entropy, kl, logp  # logp: what the next step's KL needs
 
 
 def logprob_step(fn: Callable, leaf: torch.Tensor, targets: torch.Tensor, **kwargs) -> None:
@@ -116,6 +132,27 @@ def cpu_cases(
 
         return build
 
+    def stats(naive):  # top-2 and entropy: what Dream's orders, EB-Sampler and Prophet read
+        def build():
+            x = logits()
+            if naive:
+                return lambda: naive_stats(x)
+            return lambda: candidate_stats(x, {"second", "entropy"})
+
+        return build
+
+    def stats_kl(naive):  # KLASS: the KL to the previous step, whose distribution the call keeps
+        def build():
+            x = logits()
+            if naive:
+                prev_logp = torch.log_softmax(logits(), dim=-1)  # [N, V], the previous step's, kept
+                return lambda: naive_stats(x, prev_logp)
+            kept = candidate_stats(logits(), {"kl"})
+            prev = (kept.kept_logits, kept.kept_lse)  # [N, V], [N]: the previous step's, kept
+            return lambda: candidate_stats(x, {"second", "kl"}, prev=prev)
+
+        return build
+
     def lp_logits(naive):
         def build():
             x = logits().requires_grad_(True)
@@ -141,6 +178,8 @@ def cpu_cases(
         ("candidates greedy", cand),
         ("candidates T=1 sampling", sample),
         ("edit_candidates greedy", edit),
+        ("candidate_stats second+entropy", stats),
+        ("candidate_stats second+kl", stats_kl),
         ("masked_logprob fwd+bwd, logits", lp_logits),
         (f"masked_logprob fwd+bwd, linear H={hidden}", lp_linear),
     ):

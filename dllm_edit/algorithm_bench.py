@@ -147,7 +147,8 @@ def compare_algorithms(
     Returns:
         One dict per setting: `algorithm`, `field`, `value`, `editing`, `label`, the scores of
         `score_tasks` (`accuracy`, `tpf_synthetic`, `tokens_per_s_synthetic`, and the code ones when
-        `code` is given) and `seconds`, the wall time of the setting's decodes.
+        `code` is given), `seconds`, the wall time of the setting's decodes (the median of the
+        runs), and `seconds_min` / `seconds_max`, the fastest and slowest run.
     """
     from tqdm.auto import tqdm
 
@@ -186,6 +187,8 @@ def compare_algorithms(
         for key in ("seconds", "tokens_per_s_synthetic", "tokens_per_s_code"):
             if key in row:
                 row[key] = statistics.median(r[key] for r in runs)
+        row["seconds_min"] = min(r["seconds"] for r in runs)  # the spread of the runs
+        row["seconds_max"] = max(r["seconds"] for r in runs)
         row["repeats"] = repeats
         rows.append(row)
     return rows
@@ -194,6 +197,9 @@ def compare_algorithms(
 def format_algorithm_table(rows: Sequence[dict[str, Any]]) -> str:
     """A markdown table of `compare_algorithms` rows."""
     columns = ["algorithm", "setting", "editing", "exact match (%)", "TPF", "tokens/s", "wall (s)"]
+    spread = all("seconds_min" in r for r in rows) and any(r.get("repeats", 1) > 1 for r in rows)
+    if spread:
+        columns[-1] = "wall (s, median (min-max))"
     has_code = any("parse_rate" in r for r in rows)
     if has_code:
         columns += ["parses (%)", "TPF (code)"]
@@ -208,7 +214,7 @@ def format_algorithm_table(rows: Sequence[dict[str, Any]]) -> str:
             f"{r.get('accuracy', nan):.1f}",
             f"{r.get('tpf_synthetic', nan):.2f}",
             f"{r.get('tokens_per_s_synthetic', nan):.0f}",
-            f"{r['seconds']:.1f}",
+            f"{r['seconds']:.1f}" + (f" ({r['seconds_min']:.1f}-{r['seconds_max']:.1f})" if spread else ""),
         ]
         if has_code:
             cells += [f"{r.get('parse_rate', nan):.1f}", f"{r.get('tpf_code', nan):.2f}"]
@@ -217,32 +223,48 @@ def format_algorithm_table(rows: Sequence[dict[str, Any]]) -> str:
 
 
 def pareto_plot(rows: Sequence[dict[str, Any]], path: str) -> None:
-    """Exact match against tokens per forward, one curve per (algorithm, editing) over its sweep.
+    """Exact match against tokens per forward, one curve per algorithm over its sweep; one panel per
+    editing setting (editing off, + T2T ...), each algorithm the same colour and marker in every panel.
 
     Raises:
         ImportError: matplotlib is not installed (the `bench` extra).
     """
-    fig, ax = pyplot().subplots(figsize=(8.5, 5))
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for r in rows:
-        if "accuracy" in r:
-            groups.setdefault((r["algorithm"], r["editing"]), []).append(r)
-    markers = "osD^vP<>X*"
-    for i, ((algorithm, editing), group) in enumerate(groups.items()):
-        group = sorted(group, key=lambda r: r["tpf_synthetic"])
-        ax.plot(
-            [r["tpf_synthetic"] for r in group],
-            [r["accuracy"] for r in group],
-            marker=markers[i % len(markers)],
-            linestyle="--" if editing != "off" else "-",
-            label=algorithm + ("" if editing == "off" else f" + T2T {editing}"),
-        )
-    ax.set(
-        xlabel="tokens per forward",
-        ylabel="exact match (%)",
-        title="decoding algorithms (held-out synthetic)",
+    plt = pyplot()
+    scored = [r for r in rows if "accuracy" in r]
+    algorithms = list(dict.fromkeys(r["algorithm"] for r in scored))
+    editings = list(dict.fromkeys(r["editing"] for r in scored))
+    colours = plt.get_cmap("tab10" if len(algorithms) <= 10 else "tab20")
+    markers = "osD^vP<>X*hp"
+    style = {
+        name: dict(color=colours(i % colours.N), marker=markers[i % len(markers)])
+        for i, name in enumerate(algorithms)
+    }
+    fig, axes = plt.subplots(
+        1, len(editings), figsize=(4.6 * len(editings) + 1.8, 4.8), sharey=True, squeeze=False
     )
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
-    fig.tight_layout()
+    for ax, editing in zip(axes[0], editings, strict=True):
+        for name in algorithms:
+            group = sorted(
+                (r for r in scored if r["algorithm"] == name and r["editing"] == editing),
+                key=lambda r: r["tpf_synthetic"],
+            )
+            if group:
+                ax.plot(
+                    [r["tpf_synthetic"] for r in group],
+                    [r["accuracy"] for r in group],
+                    label=name,
+                    linewidth=1.4,
+                    markersize=5,
+                    **style[name],
+                )
+        ax.set(
+            xlabel="tokens per forward",
+            title="editing off" if editing == "off" else f"+ T2T editing {editing}",
+        )
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("exact match (%), held-out synthetic")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=8, loc="center right")
+    fig.tight_layout(rect=(0, 0, 1 - 1.75 / (4.6 * len(editings) + 1.8), 1))
     fig.savefig(path, dpi=120)
-    pyplot().close(fig)
+    plt.close(fig)

@@ -102,6 +102,7 @@ def test_compare_rows_and_table(shipped, held_out):
     for r in rows:
         assert {"accuracy", "tpf_synthetic", "tokens_per_s_synthetic", "seconds", "label"} <= set(r)
         assert r["repeats"] == 2 and r["tpf_synthetic"] >= 1.0 and 0 <= r["accuracy"] <= 100
+        assert r["seconds_min"] <= r["seconds"] <= r["seconds_max"]  # the median inside its spread
     assert rows[1]["tpf_synthetic"] >= rows[0]["tpf_synthetic"]  # a lower threshold commits more per forward
     table = format_algorithm_table(rows)
     assert table.count("\n") == 1 + len(rows) and "threshold=0.9" in table
