@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from dllm_edit.config import EditGenerationConfig
 from dllm_edit.evaluation import EDITING, decode_prompts, pyplot, score_tasks
 from dllm_edit.strategies import Strategy, available_strategies, get_strategy
@@ -135,6 +137,7 @@ def compare_algorithms(
     repeats: int = 1,
     progress: bool = True,
     skip_unsupported: bool = False,
+    seed: int = 0,
 ) -> list[dict[str, Any]]:
     """Score every setting on the held-out rows (a progress bar over the settings).
 
@@ -143,12 +146,14 @@ def compare_algorithms(
             deterministic when greedy), the times (`seconds`, tokens/s) the median of the runs.
         skip_unsupported: leave out (with a printed reason) an algorithm the model cannot decode
             with, e.g. one needing an adapter capability it lacks; False raises its error.
+        seed: every run of every setting decodes with a generator seeded with it, so rules that
+            draw (`llada_random`, sampling) score the same in every run and every bench.
 
     Returns:
         One dict per setting: `algorithm`, `field`, `value`, `editing`, `label`, the scores of
         `score_tasks` (`accuracy`, `tpf_synthetic`, `tokens_per_s_synthetic`, and the code ones when
         `code` is given), `seconds`, the wall time of the setting's decodes (the median of the
-        runs), and `seconds_min` / `seconds_max`, the fastest and slowest run.
+        runs), `seconds_min` / `seconds_max`, the fastest and slowest run, `repeats` and `seed`.
     """
     from tqdm.auto import tqdm
 
@@ -168,16 +173,22 @@ def compare_algorithms(
     for name, why in refused.items():
         print(f"skipped {name}: {why}")
     settings = [s for s in settings if s.algorithm not in refused]
+    device = next(model.parameters()).device
     rows = []
     for setting in tqdm(settings, desc="algorithms", disable=not progress):
-
-        def decode(prompts: list[str], max_new_tokens: int, setting: AlgorithmSetting = setting):
-            return decode_prompts(
-                model, tokenizer, prompts, setting.config(max_new_tokens, block_length), batch
-            )
-
         runs = []
         for _ in range(repeats):
+            generator = torch.Generator(device=device).manual_seed(seed)  # the same draws every run
+
+            def decode(
+                prompts: list[str],
+                max_new_tokens: int,
+                setting: AlgorithmSetting = setting,
+                generator: torch.Generator = generator,
+            ):
+                config = setting.config(max_new_tokens, block_length)
+                return decode_prompts(model, tokenizer, prompts, config, batch, generator=generator)
+
             start = time.perf_counter()
             row: dict[str, Any] = dataclasses.asdict(setting) | {"label": setting.label}
             row = score_tasks(row, decode, synthetic, code, synthetic_tokens, code_tokens)
@@ -190,6 +201,7 @@ def compare_algorithms(
         row["seconds_min"] = min(r["seconds"] for r in runs)  # the spread of the runs
         row["seconds_max"] = max(r["seconds"] for r in runs)
         row["repeats"] = repeats
+        row["seed"] = seed
         rows.append(row)
     return rows
 

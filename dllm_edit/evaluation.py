@@ -81,8 +81,18 @@ def tradeoff_settings(
 
 
 @torch.no_grad()
-def decode_prompts(model: Any, tokenizer: Any, prompts: list[str], config: EditGenerationConfig, batch: int):
-    """Decode `prompts` in left-padded batches: (completions up to EOS, mean tokens per forward, tokens/s)."""
+def decode_prompts(
+    model: Any,
+    tokenizer: Any,
+    prompts: list[str],
+    config: EditGenerationConfig,
+    batch: int,
+    generator: torch.Generator | None = None,
+):
+    """Decode `prompts` in left-padded batches: (completions up to EOS, mean tokens per forward, tokens/s).
+
+    `generator` feeds every draw of the decodes (sampling, `llada_random`'s positions); pass a seeded
+    one for scores that repeat from run to run."""
     texts: list[str] = []
     tpf: list[float] = []
     tokens = 0
@@ -97,6 +107,7 @@ def decode_prompts(model: Any, tokenizer: Any, prompts: list[str], config: EditG
             generation_config=config,
             tokenizer=tokenizer,
             return_dict_in_generate=True,
+            generator=generator,
         )
         if (
             not isinstance(out, EditGenerationOutput)

@@ -123,3 +123,21 @@ def test_cli_writes_json_and_plot(tmp_path, capsys):
 def test_cli_refuses_grid_options_with_strategies(capsys):
     assert main(["bench", "--strategies", "ThresholdUnmask", "--thresholds", "0.5"]) == 2
     assert "--thresholds" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("option", [["--editing", "S"], ["--repeats", "2"], ["--seed", "3"]])
+def test_cli_refuses_algorithm_options_without_strategies(option, capsys):
+    assert main(["bench", *option]) == 2  # the grid would ignore them
+    assert option[0] in capsys.readouterr().err
+
+
+def test_drawing_rules_score_the_same_in_every_run(shipped, held_out):
+    # llada_random draws its positions: every run decodes from a generator seeded with `seed`
+    model, tokenizer = shipped
+    settings = algorithm_settings(["llada_random"], editing=("off",))[-1:]  # its 4-step setting
+    first = compare_algorithms(model, tokenizer, settings, held_out[:8], [], repeats=2, progress=False)
+    again = compare_algorithms(model, tokenizer, settings, held_out[:8], [], progress=False)
+    other = compare_algorithms(model, tokenizer, settings, held_out[:8], [], progress=False, seed=1)
+    assert first[0]["tpf_synthetic"] == again[0]["tpf_synthetic"]
+    assert first[0]["accuracy"] == again[0]["accuracy"]
+    assert (first[0]["seed"], other[0]["seed"]) == (0, 1)  # the JSON says which draws it used

@@ -77,15 +77,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--editing",
-        default="off",
+        default=None,
         metavar="off|Q|S[,...]",
         help="with --strategies: T2T editing composed with each algorithm (default: off)",
     )
     parser.add_argument(
         "--repeats",
         type=int,
-        default=1,
+        default=None,
         help="with --strategies: decode each setting N times; times are the median (default 1)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="with --strategies: seed of the generator every decode draws from (default 0)",
     )
     parser.add_argument(
         "--trust-remote-code", action="store_true", help="allow models that ship their own code"
@@ -162,6 +168,9 @@ def _run_algorithms(args: argparse.Namespace) -> int:
             "--strategies compares unmasking algorithms over their own sweeps; --ar-model, --remask and "
             "--thresholds belong to the trade-off grid. Drop them, or drop --strategies."
         )
+    args.editing = "off" if args.editing is None else args.editing
+    args.repeats = 1 if args.repeats is None else args.repeats
+    args.seed = 0 if args.seed is None else args.seed
     if args.repeats < 1:
         raise ValueError(f"--repeats must be >= 1, got {args.repeats}.")
     for option, value in (("--synthetic", args.synthetic), ("--code", args.code)):
@@ -185,7 +194,14 @@ def _run_algorithms(args: argparse.Namespace) -> int:
     code = builtin_rows("dllm_edit:code", "test")[: 0 if args.code is None else args.code]
     everything = args.strategies.strip() == "all"  # 'all' leaves out what this model cannot run
     rows = compare_algorithms(
-        model, tokenizer, settings, synthetic, code, repeats=args.repeats, skip_unsupported=everything
+        model,
+        tokenizer,
+        settings,
+        synthetic,
+        code,
+        repeats=args.repeats,
+        skip_unsupported=everything,
+        seed=args.seed,
     )
     print(
         f"held-out: {len(synthetic)} synthetic prompts (exact match), {len(code)} code prompts (parse rate)"
@@ -208,6 +224,13 @@ def run(argv: Sequence[str]) -> int:
     check_outputs(args)
     if args.strategies is not None:
         return _run_algorithms(args)
+    given = [f"--{name}" for name in ("editing", "repeats", "seed") if getattr(args, name) is not None]
+    if given:
+        raise ValueError(
+            f"{', '.join(given)} belong to --strategies (the algorithms comparison); the trade-off grid "
+            "decodes each setting once, greedily, with editing off / Q / S built in. Add --strategies, or "
+            "drop them."
+        )
     if args.quick:  # a smaller default grid; explicit --thresholds / --synthetic / --code still win
         args.no_mbe = True
     if args.thresholds is None:
