@@ -40,8 +40,8 @@ from dllm_edit.proposer import Proposer
 from dllm_edit.special_tokens import SpecialTokens, resolve_special_tokens
 from dllm_edit.strategies import StepContext, StepResult, Strategy
 from dllm_edit.strategies.base import STATS
-from dllm_edit.strategies.pc_sampler import check_vocab
 from dllm_edit.streaming import StreamBridge
+from dllm_edit.vocab import check_strategies_vocab
 
 
 def model_generation_config(model: Any) -> EditGenerationConfig:
@@ -231,7 +231,7 @@ def generate(
     use_cache = adapter_obj.default_use_cache if config.use_cache is None else bool(config.use_cache)
     _check_capabilities(adapter_obj, strategies, use_cache, config.compile)
     shadow = check_shadow_block(adapter_obj, strategies, use_cache)  # WINO: refused before any forward
-    check_vocab(model, strategies)  # e.g. PC-Sampler's prior against the model's vocabulary
+    check_strategies_vocab(model, strategies)  # e.g. PC-Sampler's prior against the model's logits
     stats = _needed_stats(strategies)
     layout, canvas = build_canvas(
         input_ids,

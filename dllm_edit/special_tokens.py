@@ -7,6 +7,8 @@ from typing import Any
 
 import torch
 
+from dllm_edit.vocab import input_vocab_size
+
 
 @dataclass(frozen=True)
 class SpecialTokens:
@@ -52,7 +54,7 @@ def resolve_special_tokens(model: Any, config: Any, tokenizer: Any = None) -> Sp
             "model's generation_config, the tokenizer and the model config. Pass "
             "mask_token_id=tokenizer.mask_token_id (or set model.generation_config.mask_token_id)."
         )
-    vocab = vocabulary_size(model)
+    vocab = input_vocab_size(model)
     sources = token_id_sources(model, config, tokenizer)
     for name in ("mask_token_id", "eos_token_id", "pad_token_id"):
         check_token_ids(name, ladder(name), vocab, _source_name(name, sources))
@@ -81,33 +83,6 @@ def _source_name(name: str, sources: tuple[Any, ...]) -> str:
     return "the generation config"
 
 
-def vocabulary_size(model: Any) -> int | None:
-    """The number of token ids `model` embeds: its input embedding's rows, else `config.vocab_size`,
-    else a `vocab_size` attribute; None when the model tells none of them (then ids are not checked).
-
-    Examples:
-        >>> import torch
-        >>> from types import SimpleNamespace as NS
-        >>> vocabulary_size(NS(get_input_embeddings=lambda: torch.nn.Embedding(10, 2)))
-        10
-        >>> vocabulary_size(NS(config=NS(vocab_size=32))), vocabulary_size(object())
-        (32, None)
-    """
-    get = getattr(model, "get_input_embeddings", None)
-    if callable(get):
-        try:
-            rows = getattr(get(), "num_embeddings", None)
-        except (NotImplementedError, AttributeError):
-            rows = None
-        if isinstance(rows, int):
-            return rows
-    for holder in (getattr(model, "config", None), model):
-        size = getattr(holder, "vocab_size", None)
-        if isinstance(size, int) and not isinstance(size, bool):
-            return size
-    return None
-
-
 def check_token_ids(name: str, value: Any, vocab: int | None, source: str = "the generation config") -> None:
     """Refuse token ids (`name` as the config spells it) that are not ints in `[0, vocab)`.
 
@@ -117,7 +92,8 @@ def check_token_ids(name: str, value: Any, vocab: int | None, source: str = "the
     Args:
         name: the field, e.g. `"mask_token_id"`.
         value: None, an id, or a list of ids.
-        vocab: the model's vocabulary size (`vocabulary_size`); None checks only that ids are ints >= 0.
+        vocab: the ids the model embeds (`dllm_edit.vocab.input_vocab_size`); None checks only that ids
+            are ints >= 0.
         source: where the value was read, for the message.
 
     Raises:

@@ -160,6 +160,14 @@ class Strategy:
     def needs_window(self) -> int:
         return 0
 
+    def check_vocab(self, vocab_size: int) -> None:
+        """Refuse a model whose logits rows have `vocab_size` entries, before the first forward.
+
+        The loop calls it on every strategy (`dllm_edit.vocab.check_strategies_vocab`). The default
+        accepts any size; a strategy holding something vocabulary-sized (PC-Sampler's prior)
+        overrides it and raises a `ValueError` naming the field when the sizes differ."""
+        return None
+
     @property
     def needs_shadow_block(self) -> bool:
         """Whether `step` reads `StepContext.shadow_probs` (the adapter must build the shadow block)."""

@@ -143,7 +143,7 @@ class PCSampler(Strategy):
         prior = prior if prior.device == tokens.device else prior.to(tokens.device)  # [V]
         try:
             return prior[tokens]  # [B, S]
-        except IndexError:  # raised on the CPU; on an accelerator the loop's check_vocab guards it
+        except IndexError:  # raised on the CPU; on an accelerator the loop's check_vocab call guards it
             raise ValueError(
                 f"`prior` of PCSampler has {prior.numel()} entries, fewer than the model's vocabulary "
                 "(a candidate id is past its end); estimate it with this model's vocabulary size."
@@ -182,34 +182,3 @@ class PCSampler(Strategy):
         scores = torch.where(masked, log_score, torch.full_like(log_score, -math.inf))  # [B, S]
         commit = masked & (rank_descending(scores) < self._quota(ctx)[:, None])  # [B, S]
         return StepResult(commit=commit, edit=torch.zeros_like(commit), tokens=ctx.cand_tokens)
-
-
-def model_vocab_size(model: Any) -> int | None:
-    """The size of a model's logits: its output embeddings' rows, else `config.vocab_size`, else None."""
-    get_output = getattr(model, "get_output_embeddings", None)
-    head = get_output() if callable(get_output) else None
-    weight = getattr(head, "weight", None)
-    if isinstance(weight, torch.Tensor) and weight.dim() == 2:
-        return int(weight.shape[0])
-    size = getattr(getattr(model, "config", None), "vocab_size", None)
-    return size if isinstance(size, int) and not isinstance(size, bool) else None
-
-
-def check_vocab(model: Any, strategies: Any) -> None:
-    """Call every strategy's `check_vocab(V)` hook with the model's vocabulary size (before the loop).
-
-    Raises:
-        ValueError: a strategy's hook refuses the size (e.g. a PC-Sampler prior of another size).
-
-    Examples:
-        >>> import torch
-        >>> model = torch.nn.Module(); model.get_output_embeddings = lambda: torch.nn.Linear(4, 3)
-        >>> check_vocab(model, [PCSampler(prior=[0.5, 0.25, 0.25])])  # 3 == 3: accepted
-    """
-    size = model_vocab_size(model)
-    if size is None:
-        return
-    for strategy in strategies:
-        hook = getattr(strategy, "check_vocab", None)
-        if callable(hook):
-            hook(size)

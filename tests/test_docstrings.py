@@ -21,6 +21,7 @@ MODULES = [
     "dllm_edit.output",
     "dllm_edit.inputs",
     "dllm_edit.special_tokens",
+    "dllm_edit.vocab",
     "dllm_edit.cli.checks",
     "dllm_edit.cli.parsing",
     "dllm_edit.adapters.block_causal",

@@ -50,8 +50,8 @@ from dllm_edit.strategies import (
     load_token_prior,
     strategy_from_dict,
 )
-from dllm_edit.strategies.pc_sampler import check_vocab
 from dllm_edit.strategies.wino import narrow_out, wide_in
+from dllm_edit.vocab import check_strategies_vocab
 
 IDS = dict(mask_token_id=MASK, eos_token_id=EOS, pad_token_id=PAD)
 BAG = BagDenoiser(vocab_size=VOCAB, sharpness=3.0, exact=True, seed=1)
@@ -387,8 +387,10 @@ def test_pc_sampler_prior_size_is_checked():
         small.step(ctx_of([[0.9, 0.8, 0.7]]))  # candidate ids 2..4 are past its end
     PCSampler().check_vocab(48)  # no prior: nothing to check
     with pytest.raises(ValueError, match="has 2 entries but the model's vocabulary has 48"):
-        check_vocab(tiny_llama("eager", seed=0), [small])
-    check_vocab(BAG, [small])  # a model that does not say its vocabulary: nothing to compare
+        check_strategies_vocab(tiny_llama("eager", seed=0), [small])
+    with pytest.raises(ValueError, match="has 2 entries but the model's vocabulary has 48"):
+        check_strategies_vocab(BAG, [small])  # a denoiser with a `vocab_size` attribute says it too
+    check_strategies_vocab(lambda ids: None, [small])  # a model that says no vocabulary: nothing to compare
 
 
 @pytest.mark.parametrize(
