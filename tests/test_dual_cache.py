@@ -77,16 +77,16 @@ def blocks_filled_at_once(trace):
     return sum(blocks.count(b) == 1 for b in set(blocks))
 
 
-@pytest.mark.parametrize("rule", [dict(threshold=0.9), dict(threshold=0.5), dict(steps=4), dict(steps=2)])
-def test_matches_fast_dllm_dual_cache(varied_llama, rule):
+def check_against_reference(model, rule, adapter, reference):
+    """Same tokens as the reference port on every prompt; forwards too, up to its no-op forwards."""
     bl, gen = 8, 24
     cfg = fast_dllm_config(bl, gen, **rule)
     ref_steps = None if "steps" not in rule else rule["steps"] * gen // bl  # the reference counts all blocks
     for prompt in PROMPTS:
         ids = torch.tensor([prompt])
-        out = dllm_edit.generate(varied_llama, ids, generation_config=cfg, adapter=ADAPTER)
-        ref, nfe = fast_dllm_dual_cache(
-            varied_llama,
+        out = dllm_edit.generate(model, ids, generation_config=cfg, adapter=adapter)
+        ref, nfe = reference(
+            model,
             ids,
             mask_id=MASK,
             gen_length=gen,
@@ -97,30 +97,16 @@ def test_matches_fast_dllm_dual_cache(varied_llama, rule):
         assert torch.equal(out.sequences, ref)
         extra = blocks_filled_at_once(out.trace) if "threshold" in rule else 0
         assert int(out.num_forwards) + extra == nfe
+
+
+@pytest.mark.parametrize("rule", [dict(threshold=0.9), dict(threshold=0.5), dict(steps=4), dict(steps=2)])
+def test_matches_fast_dllm_dual_cache(varied_llama, rule):
+    check_against_reference(varied_llama, rule, ADAPTER, fast_dllm_dual_cache)
 
 
 @pytest.mark.parametrize("rule", [dict(threshold=0.9), dict(steps=4)])
 def test_prefix_cache_matches_fast_dllm_prefix_cache(varied_llama, rule):
-    bl, gen = 8, 24
-    cfg = fast_dllm_config(bl, gen, **rule)
-    ref_steps = None if "steps" not in rule else rule["steps"] * gen // bl
-    for prompt in PROMPTS:
-        ids = torch.tensor([prompt])
-        out = dllm_edit.generate(
-            varied_llama, ids, generation_config=cfg, adapter="bidirectional_approx_cache"
-        )
-        ref, nfe = fast_dllm_prefix_cache(
-            varied_llama,
-            ids,
-            mask_id=MASK,
-            gen_length=gen,
-            block_length=bl,
-            steps=ref_steps,
-            threshold=rule.get("threshold"),
-        )
-        assert torch.equal(out.sequences, ref)
-        extra = blocks_filled_at_once(out.trace) if "threshold" in rule else 0
-        assert int(out.num_forwards) + extra == nfe
+    check_against_reference(varied_llama, rule, "bidirectional_approx_cache", fast_dllm_prefix_cache)
 
 
 @pytest.mark.parametrize("model_name", ["llama_eager", "qwen3_sdpa", "varied_llama"])
