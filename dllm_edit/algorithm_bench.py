@@ -8,7 +8,7 @@ per forward, tokens/s, and the wall time the algorithm took. `pareto_plot` draws
 tokens per forward, one curve per algorithm.
 
 Examples:
-    >>> [s.label for s in algorithm_settings(["ThresholdUnmask"], editing=("off", "S"))][::4]
+    >>> [s.label for s in algorithm_settings(["threshold_unmask"], editing=("off", "S"))][::4]
     ['ThresholdUnmask threshold=0.9', 'ThresholdUnmask threshold=0.9 + T2T S']
 """
 
@@ -26,7 +26,7 @@ import torch
 
 from dllm_edit.config import EditGenerationConfig
 from dllm_edit.evaluation import EDITING, decode_prompts, pyplot, score_tasks
-from dllm_edit.strategies import Strategy, available_strategies, get_strategy
+from dllm_edit.strategies import Strategy, available_strategies, canonical_name, get_strategy
 
 #: Editing compositions of the comparison: T2T off, or the Q / S thresholds of the trade-off grid.
 ALGORITHM_EDITING = {"off": "off", "Q": "Q (0.5)", "S": "S (0.0)"}
@@ -50,7 +50,13 @@ def resolve_names(spec: str | Sequence[str]) -> list[str]:
     if not names:
         raise ValueError("--strategies needs at least one name, or 'all'.")
     known = unmasking_strategies()
-    for name in names:
+    resolved = []
+    for given in names:
+        try:  # an alias (a class name, an earlier spelling) stands for its registered name
+            name = canonical_name(given)
+        except ValueError:
+            name = given
+        resolved.append(name)
         if name not in known:
             registered = available_strategies()
             if name in registered:
@@ -61,7 +67,7 @@ def resolve_names(spec: str | Sequence[str]) -> list[str]:
             close = difflib.get_close_matches(name, known, n=3)
             hint = f" Did you mean {close}?" if close else ""
             raise ValueError(f"--strategies: unknown strategy {name!r}; choose among {known} or 'all'.{hint}")
-    return list(dict.fromkeys(names))
+    return list(dict.fromkeys(resolved))
 
 
 @dataclass(frozen=True)
@@ -82,7 +88,7 @@ class AlgorithmSetting:
     def strategy(self, block_length: int) -> Strategy:
         cls = get_strategy(self.algorithm)
         kwargs: dict[str, Any] = {} if self.field is None else {self.field: self.value}
-        if "block_length" in {f.name for f in dataclasses.fields(cls)}:  # e.g. QuotaUnmask
+        if "block_length" in getattr(cls, "__dataclass_fields__", {}):  # e.g. QuotaUnmask
             kwargs.setdefault("block_length", block_length)
         return cls(**kwargs)
 

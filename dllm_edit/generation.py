@@ -24,24 +24,24 @@ leave).
 
 from __future__ import annotations
 
-import dataclasses
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from transformers import GenerationConfig
 
 from dllm_edit.adapters import ModelAdapter, resolve_adapter
-from dllm_edit.adapters.shadow import check_shadow_block, open_shadow_session, split_shadow
+from dllm_edit.adapters.shadow import open_shadow_session, split_shadow
 from dllm_edit.config import EditGenerationConfig
 from dllm_edit.inputs import check_input_ids, check_streamer
+from dllm_edit.kernels import CandidateStats
 from dllm_edit.layout import CanvasLayout, build_canvas
 from dllm_edit.output import EditGenerationOutput, StepRecord, cut_after_first_eos
 from dllm_edit.proposer import Proposer
+from dllm_edit.run_checks import RunPlan, check_run
 from dllm_edit.special_tokens import SpecialTokens, resolve_special_tokens
 from dllm_edit.strategies import StepContext, StepResult, Strategy
-from dllm_edit.strategies.base import STATS
 from dllm_edit.streaming import StreamBridge
-from dllm_edit.vocab import check_strategies_vocab
 
 
 def model_generation_config(model: Any) -> EditGenerationConfig:
@@ -126,46 +126,6 @@ def _finalize(
     return torch.cat([input_ids, completion], dim=1), lengths
 
 
-def _check_capabilities(
-    adapter: ModelAdapter, strategies: list[Strategy], use_cache: bool, compile: bool = False
-) -> None:
-    if compile and not adapter.supports_compile:
-        raise ValueError(
-            f"compile=True but the {adapter.name!r} adapter does not compile its forward (only "
-            "'block_causal' does). Set compile=False, or compile the model yourself: "
-            "model.forward = torch.compile(model.forward)."
-        )
-    if use_cache and not adapter.supports_cache:
-        raise ValueError(
-            f"use_cache=True but the {adapter.name!r} adapter has no exact KV cache (every position sees "
-            "later blocks). Set use_cache=False (or None for the adapter's default)."
-        )
-    if any(s.needs_window for s in strategies) and not adapter.supports_multi_block_edit:
-        raise ValueError(
-            f"The {adapter.name!r} adapter does not support multi-block editing; set multi_block_edit=False."
-        )
-
-
-def _needed_stats(strategies: list[Strategy]) -> frozenset[str]:
-    """The union of the strategies' `needs_stats`; unknown names are refused before the loop."""
-    stats: set[str] = set()
-    for strategy in strategies:
-        wanted = set(strategy.needs_stats)
-        unknown = sorted(wanted - set(STATS))
-        if unknown:
-            raise ValueError(
-                f"{type(strategy).__name__}.needs_stats asks for {unknown}, which the candidate pass does "
-                f"not compute; choose among {list(STATS)}."
-            )
-        stats |= wanted
-    return frozenset(stats)
-
-
-def _scatter_rows(full: torch.Tensor, rows: torch.Tensor, part: torch.Tensor | None) -> torch.Tensor | None:
-    """`part` (`[R, ...]`, the forward rows) written into a copy of `full` (`[B, ...]`) at `rows`."""
-    return None if part is None else full.index_copy(0, rows, part)
-
-
 @torch.no_grad()
 def generate(
     model: Any,
@@ -229,10 +189,9 @@ def generate(
     block_start = adapter_obj.resolve_block_start(config.block_start)
     strategies = config.build_strategies(block_start)
     use_cache = adapter_obj.default_use_cache if config.use_cache is None else bool(config.use_cache)
-    _check_capabilities(adapter_obj, strategies, use_cache, config.compile)
-    shadow = check_shadow_block(adapter_obj, strategies, use_cache)  # WINO: refused before any forward
-    check_strategies_vocab(model, strategies)  # e.g. PC-Sampler's prior against the model's logits
-    stats = _needed_stats(strategies)
+    plan = check_run(
+        model, adapter_obj, strategies, use_cache, config.compile
+    )  # refusals: before any forward
     layout, canvas = build_canvas(
         input_ids,
         attention_mask,
@@ -247,21 +206,17 @@ def generate(
     stream = StreamBridge(streamer, layout, special)
     try:
         stream.prompt(input_ids)
-        propose = Proposer(config, special, logits_processor, generator, device=input_ids.device, stats=stats)
-        num_forwards, num_edits, trace = _decode(
-            model,
-            adapter_obj,
+        propose = Proposer(
             config,
-            strategies,
-            layout,
-            canvas,
             special,
-            use_cache,
-            stream,
-            propose,
+            logits_processor,
             generator,
-            shadow,
+            device=input_ids.device,
+            stats=frozenset(plan.needs.stats),
         )
+        session = _open_session(model, adapter_obj, config, layout, use_cache, special, plan)
+        loop = _Loop(session, config, strategies, layout, special, stream, propose, generator, plan)
+        num_forwards, num_edits, trace = loop.run(canvas)
     finally:
         stream.close()  # streamers are always ended, also when decoding raises
 
@@ -281,188 +236,295 @@ def generate(
     )
 
 
-def _decode(
+def _open_session(
     model: Any,
     adapter_obj: ModelAdapter,
     config: EditGenerationConfig,
-    strategies: list[Strategy],
     layout: CanvasLayout,
-    canvas: torch.Tensor,
-    special: SpecialTokens,
     use_cache: bool,
-    stream: StreamBridge,
-    propose: Proposer,
-    generator: torch.Generator | None = None,
-    shadow: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor, list[StepRecord] | None]:
-    """The block loop. Writes into `canvas` in place; returns (num_forwards, num_edits, trace)."""
-    if shadow:  # the forwards also run WINO's shadow block of the active block
-        session: Any = open_shadow_session(adapter_obj, model, layout, use_cache, special.mask)
-    elif config.compile:  # only adapters with supports_compile take the argument
-        session = adapter_obj.open(model, layout, use_cache, compile=True)  # type: ignore[call-arg]
-    else:
-        session = adapter_obj.open(model, layout, use_cache)
-    bl = layout.block_length
-    batch = canvas.shape[0]
-    device = canvas.device
-    window = max(s.needs_window for s in strategies)
-    cap = config.steps_cap()
-    num_forwards = torch.zeros(batch, dtype=torch.long, device=device)  # [B]
-    num_edits = torch.zeros(batch, dtype=torch.long, device=device)  # [B]
-    finished = torch.zeros(batch, dtype=torch.bool, device=device)  # [B] stopped at EOS
-    trace: list[StepRecord] | None = [] if config.output_trace else None
-    eos_stop = bool(config.eos_early_stop and special.eos)
-    keeps_previous = "kl" in propose.stats
-    first_generated = layout.offsets + layout.prompt_lengths  # [B] canvas slot of each completion's start
+    special: SpecialTokens,
+    plan: RunPlan,
+) -> Any:
+    """The adapter's session for this call (the forwards, their cache and their rows)."""
+    if plan.shadow:  # the forwards also run WINO's shadow block of the active block
+        return open_shadow_session(adapter_obj, model, layout, use_cache, special.mask)
+    if config.compile:  # only adapters with supports_compile take the argument
+        return adapter_obj.open(model, layout, use_cache, compile=True)  # type: ignore[call-arg]
+    return adapter_obj.open(model, layout, use_cache)
 
-    for block in range(layout.first_block, layout.num_blocks):
+
+@dataclass
+class _BlockState:
+    """What the loop tracks while one global block decodes (tensors are per row, `[B]` / `[B, S]`)."""
+
+    block: int  # the global block
+    block_index: int  # among the generated blocks
+    w: int  # window blocks in the span
+    span: slice  # its canvas slots
+    in_block: torch.Tensor  # [S]
+    generated: torch.Tensor  # [B, S]
+    active: torch.Tensor  # [B] rows still decoding this block
+    in_forward: torch.Tensor  # [B] rows the session's forwards compute
+    rows: torch.Tensor  # [R] their indices
+    all_rows: bool  # R == B: no gather / scatter of rows
+    last_block: torch.Tensor  # [B] rows whose own canvas ends with this block
+    check_eos: bool  # whether the EOS stop can take a row out of this block early
+    block_masked: torch.Tensor  # [B] masks at the block's start
+    positions: torch.Tensor  # [B, S] offsets from each completion's start
+    post_steps: torch.Tensor  # [B]
+    steps: torch.Tensor  # [B] forwards spent in the block
+    bad: torch.Tensor  # [B] NaN/inf candidates at the last step
+    no_edit: torch.Tensor  # [] "no window slot edited"
+    edited_slot: torch.Tensor  # [] first window slot edited at the last step
+    mask_free: torch.Tensor | None = None  # [B] no mask left in the block at the top of the step
+    states: list[Any] = field(default_factory=list)  # each strategy's per-row state
+    kept: tuple[torch.Tensor, torch.Tensor] | None = None  # previous step's ([B, S, V], [B, S]) for "kl"
+    step_number: int = 0
+
+
+class _Loop:
+    """The block loop of one `generate` call, a step at a time: `_start_block`, then per step
+    `_top_of_step` (the block-end rule and the one device read), `_propose` (the forward and the
+    candidates), `_context`, `_decide` (the strategies), `_write`; `_end_block` after each block."""
+
+    def __init__(
+        self,
+        session: Any,
+        config: EditGenerationConfig,
+        strategies: list[Strategy],
+        layout: CanvasLayout,
+        special: SpecialTokens,
+        stream: StreamBridge,
+        propose: Proposer,
+        generator: torch.Generator | None,
+        plan: RunPlan,
+    ) -> None:
+        self.session, self.config, self.strategies, self.layout = session, config, strategies, layout
+        self.special, self.stream, self.propose, self.generator, self.plan = (
+            special,
+            stream,
+            propose,
+            generator,
+            plan,
+        )
+        self.cap = config.steps_cap()
+        self.eos_stop = bool(config.eos_early_stop and special.eos)
+        self.keeps_previous = "kl" in propose.stats
+
+    def run(self, canvas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, list[StepRecord] | None]:
+        """Decode every block into `canvas` (in place); returns (num_forwards, num_edits, trace)."""
+        layout, batch, device = self.layout, canvas.shape[0], canvas.device
+        self.num_forwards = torch.zeros(batch, dtype=torch.long, device=device)  # [B]
+        self.num_edits = torch.zeros(batch, dtype=torch.long, device=device)  # [B]
+        self.finished = torch.zeros(batch, dtype=torch.bool, device=device)  # [B] stopped at EOS
+        self.trace: list[StepRecord] | None = [] if self.config.output_trace else None
+        for block in range(layout.first_block, layout.num_blocks):
+            blk = self._start_block(canvas, block)
+            while (top := self._top_of_step(canvas, blk)) is not None:
+                old, masked = top  # [B, S] tokens and masks at the top of the step
+                cand, shadow_probs = self._propose(canvas, blk, old)
+                blk.bad = (~torch.isfinite(cand.prob)).any(-1) & blk.active  # [B] read at the next step
+                ctx = self._context(blk, old, masked, cand, shadow_probs)
+                commit, edit, new = self._decide(ctx, blk)
+                self._write(canvas, blk, old, masked, commit, edit, new, cand.prob)
+            if self._end_block(canvas, blk):
+                break
+        self.stream.confirm(canvas, layout.canvas_length)
+        return self.num_forwards, self.num_edits, self.trace
+
+    def _start_block(self, canvas: torch.Tensor, block: int) -> _BlockState:
+        layout, bl, device = self.layout, self.layout.block_length, canvas.device
         block_index = block - layout.first_block
-        w = min(window, block_index)  # window blocks actually available
+        w = min(self.plan.needs.window, block_index)  # window blocks actually available
         span = slice((block - w) * bl, (block + 1) * bl)
         in_block = torch.arange((w + 1) * bl, device=device) >= w * bl  # [S]
-        generated = layout.generated[:, span]  # [B, S]
-        active = layout.rows_in_block(block) & ~finished  # [B]
+        active = layout.rows_in_block(block) & ~self.finished  # [B]
         rows = active.nonzero().flatten()  # [R] rows that still decode: the others leave the forward batch
-        all_rows = rows.numel() == batch  # then no per-step gather / scatter of rows
-        session.select_rows(rows)
-        in_forward = active.clone()  # [B] rows the session's forwards compute
-        last_block = ~layout.rows_in_block(block + 1)  # [B] rows whose own canvas ends with this block
-        # the EOS stop can only take a row out early if it has a later block: otherwise skip the scan
-        check_eos = eos_stop and bool((active & ~last_block).any())  # once per block
-        post_steps = torch.zeros(batch, dtype=torch.long, device=device)  # [B]
-        steps = torch.zeros(batch, dtype=torch.long, device=device)  # [B]
-        bad = torch.zeros(batch, dtype=torch.bool, device=device)  # [B] NaN/inf candidates at the last step
-        no_edit = torch.tensor(w * bl, device=device)  # [] "no window slot edited"
-        edited_slot = no_edit  # [] first window slot edited at the last step
-        block_masked = ((canvas[:, span] == special.mask) & in_block).sum(-1)  # [B] masks at block start
-        positions = torch.arange(span.start, span.stop, device=device) - first_generated[:, None]  # [B, S]
-        states: list[Any] = [{} for _ in strategies]  # each strategy's per-row state, reset per block
-        kept: tuple[torch.Tensor, torch.Tensor] | None = None  # previous step's ([B, S, V], [B, S]) for "kl"
-        step_number = 0
-        while True:
-            old = canvas[:, span].clone()  # [B, S] tokens at the top of the step
-            masked = (old == special.mask) & in_block  # [B, S]
-            mask_free = ~masked.any(-1)  # [B]
-            post_steps = post_steps + (mask_free & active)
-            active = active & (post_steps <= config.max_post_steps)
-            if cap is not None:
-                active = active & (steps < cap)
-            # rows whose block has ended and that will not decode again (their own canvas ends here,
-            # or the EOS stop will end them after this block) leave the forward batch now, not at
-            # the next block: a row still editing then costs the batch only its own compute
-            done = last_block  # [B]
-            if check_eos:
-                done = done | _eos_done(canvas, layout, (block + 1) * bl, special)  # [B]
-            leaving = in_forward & ~active & done  # [B]
-            # the one read of the device per step
-            any_active, any_bad, first_slot, any_leaving = torch.stack(
-                [active.any().long(), bad.any().long(), edited_slot, leaving.any().long()]
-            ).tolist()
-            if any_bad:
-                raise _nonfinite_error(bad, block, step_number - 1)
-            if first_slot < w * bl:  # a window block was edited: its cached keys/values are stale
-                session.invalidate_from(block - w + first_slot // bl)
-            if not any_active:
-                break
-            if any_leaving:  # at most once per row and block: one more read of the device
-                in_forward = in_forward & ~leaving
-                rows = in_forward.nonzero().flatten()  # [R']
-                all_rows = False
-                session.select_rows(rows)
+        self.session.select_rows(rows)
+        last_block = ~layout.rows_in_block(block + 1)  # [B]
+        zeros = torch.zeros(canvas.shape[0], dtype=torch.long, device=device)  # [B]
+        no_edit = torch.tensor(w * bl, device=device)  # []
+        first_generated = layout.offsets + layout.prompt_lengths  # [B] canvas slot of each completion's start
+        return _BlockState(
+            block=block,
+            block_index=block_index,
+            w=w,
+            span=span,
+            in_block=in_block,
+            generated=layout.generated[:, span],
+            active=active,
+            in_forward=active.clone(),
+            rows=rows,
+            all_rows=rows.numel() == canvas.shape[0],
+            last_block=last_block,
+            # the EOS stop can only take a row out early if it has a later block: otherwise skip the scan
+            check_eos=self.eos_stop and bool((active & ~last_block).any()),  # once per block
+            block_masked=((canvas[:, span] == self.special.mask) & in_block).sum(-1),
+            positions=torch.arange(span.start, span.stop, device=device) - first_generated[:, None],
+            post_steps=zeros,
+            steps=zeros,
+            bad=torch.zeros(canvas.shape[0], dtype=torch.bool, device=device),
+            no_edit=no_edit,
+            edited_slot=no_edit,
+            states=[{} for _ in self.strategies],  # reset per block
+        )
 
-            logits = session.logits(canvas, block, w)  # [R, S, V] ([R, S + bl, V] with the shadow block)
-            shadow_probs = None
-            if shadow:
-                logits, shadow_probs = split_shadow(logits, canvas, rows, block, w)  # [R, S, V], [B, S]
-            if all_rows:
-                cand = propose(logits, canvas, span, kept)  # [B, S] fields
-                if keeps_previous:
-                    kept = (cand.kept_logits, cand.kept_lse)  # type: ignore[assignment]
-            else:
-                prev = None if kept is None else (kept[0][rows], kept[1][rows])  # [R, S, V], [R, S]
-                part = propose(logits, canvas[rows], span, prev)  # [R, S] fields
-                zeros = torch.zeros(old.shape, device=device)  # [B, S] frozen rows: never read
-                cand = part._replace(
-                    token=old.index_copy(0, rows, part.token),  # [B, S] frozen rows keep their tokens
-                    **{
-                        name: _scatter_rows(zeros, rows, getattr(part, name))
-                        for name in ("prob", "current_prob", "top_prob", "second_prob", "entropy", "kl")
-                    },
+    def _top_of_step(
+        self, canvas: torch.Tensor, blk: _BlockState
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The block-end rule per row (post steps, cap), rows leaving the forward batch, and the one
+        read of the device per step. Returns the span's tokens and masks (`[B, S]` each), or None
+        when no row of the block is still active."""
+        bl, special = self.layout.block_length, self.special
+        old = canvas[:, blk.span].clone()  # [B, S]
+        masked = (old == special.mask) & blk.in_block  # [B, S]
+        blk.mask_free = ~masked.any(-1)  # [B]
+        blk.post_steps = blk.post_steps + (blk.mask_free & blk.active)
+        blk.active = blk.active & (blk.post_steps <= self.config.max_post_steps)
+        if self.cap is not None:
+            blk.active = blk.active & (blk.steps < self.cap)
+        # rows whose block has ended and that will not decode again (their own canvas ends here,
+        # or the EOS stop will end them after this block) leave the forward batch now, not at
+        # the next block: a row still editing then costs the batch only its own compute
+        done = blk.last_block  # [B]
+        if blk.check_eos:
+            done = done | _eos_done(canvas, self.layout, (blk.block + 1) * bl, special)  # [B]
+        leaving = blk.in_forward & ~blk.active & done  # [B]
+        # the one read of the device per step
+        any_active, any_bad, first_slot, any_leaving = torch.stack(
+            [blk.active.any().long(), blk.bad.any().long(), blk.edited_slot, leaving.any().long()]
+        ).tolist()
+        if any_bad:
+            raise _nonfinite_error(blk.bad, blk.block, blk.step_number - 1)
+        if first_slot < blk.w * bl:  # a window block was edited: its cached keys/values are stale
+            self.session.invalidate_from(blk.block - blk.w + first_slot // bl)
+        if not any_active:
+            return None
+        if any_leaving:  # at most once per row and block: one more read of the device
+            blk.in_forward = blk.in_forward & ~leaving
+            blk.rows = blk.in_forward.nonzero().flatten()  # [R']
+            blk.all_rows = False
+            self.session.select_rows(blk.rows)
+        return old, masked
+
+    def _propose(
+        self, canvas: torch.Tensor, blk: _BlockState, old: torch.Tensor
+    ) -> tuple[CandidateStats, torch.Tensor | None]:
+        """The forward of the active rows and their candidates, as full-batch `[B, S]` fields
+        (rows outside the forward keep their tokens); WINO's shadow probabilities when asked for."""
+        rows = blk.rows
+        logits = self.session.logits(canvas, blk.block, blk.w)  # [R, S, V] ([R, S + bl, V] with the shadow)
+        shadow_probs = None
+        if self.plan.shadow:
+            logits, shadow_probs = split_shadow(logits, canvas, rows, blk.block, blk.w)  # [R, S, V], [B, S]
+        if blk.all_rows:
+            cand = self.propose(logits, canvas, blk.span, blk.kept)  # [B, S] fields
+            if self.keeps_previous:
+                blk.kept = (cand.kept_logits, cand.kept_lse)  # type: ignore[assignment]
+            return cand, shadow_probs
+        prev = None if blk.kept is None else (blk.kept[0][rows], blk.kept[1][rows])  # [R, S, V], [R, S]
+        part = self.propose(logits, canvas[rows], blk.span, prev)  # [R, S] fields
+        if self.keeps_previous:
+            if blk.kept is None:  # the block's first step: frozen rows' slots are never read
+                blk.kept = (
+                    torch.zeros(*old.shape, logits.shape[-1], device=old.device),  # [B, S, V]
+                    torch.zeros(old.shape, device=old.device),  # [B, S]
                 )
-                if keeps_previous:
-                    if kept is None:  # the block's first step: frozen rows' slots are never read
-                        kept = (torch.zeros(*old.shape, logits.shape[-1], device=device), zeros)
-                    kept = (
-                        kept[0].index_copy(0, rows, part.kept_logits),  # [B, S, V]
-                        kept[1].index_copy(0, rows, part.kept_lse),  # [B, S]
-                    )
-            cand_tokens, cand_probs = cand.token, cand.prob  # [B, S], [B, S]
-            bad = (~torch.isfinite(cand_probs)).any(-1) & active  # [B]
-
-            ctx = StepContext(
-                tokens=old,
-                masked=masked,
-                editable=generated & ~masked,
-                in_block=in_block,
-                cand_tokens=cand_tokens,
-                cand_probs=cand_probs,
-                step=steps,
-                block_index=block_index,
-                active=active,
-                block_masked=block_masked,
-                mask_token_id=special.mask,
-                current_probs=cand.current_prob,
-                top_probs=cand.top_prob,
-                second_probs=cand.second_prob,
-                entropy=cand.entropy,
-                kl_prev=cand.kl,
-                positions=positions,
-                generator=generator,
-                shadow_probs=shadow_probs,
+            assert part.kept_logits is not None and part.kept_lse is not None  # "kl" keeps them
+            blk.kept = (
+                blk.kept[0].index_copy(0, rows, part.kept_logits),  # [B, S, V]
+                blk.kept[1].index_copy(0, rows, part.kept_lse),  # [B, S]
             )
-            results = [
-                s.step(ctx if not states[i] else dataclasses.replace(ctx, state=states[i]))
-                for i, s in enumerate(strategies)
-            ]
-            states = [r.state if r.state is not None else {} for r in results]
-            commit, edit, new = _combine(results, old)
-            commit = commit & active[:, None]  # [B, S]
-            edit = edit & active[:, None]  # [B, S]
-            canvas[:, span] = torch.where(commit | edit, new, old)
-            stream.step(canvas, span, edit)
-            if trace is not None:
-                trace.append(
-                    StepRecord(
-                        block=block,
-                        span_start=span.start,
-                        active=active.cpu(),
-                        masked=masked.cpu(),
-                        commit=commit.cpu(),
-                        edit=edit.cpu(),
-                        before=old.cpu(),
-                        after=canvas[:, span].clone().cpu(),
-                        probs=cand_probs.cpu(),
-                    )
+        return part.scatter_rows(rows, old), shadow_probs  # [B, S] fields; frozen rows keep their tokens
+
+    def _context(
+        self,
+        blk: _BlockState,
+        old: torch.Tensor,
+        masked: torch.Tensor,
+        cand: CandidateStats,
+        shadow_probs: torch.Tensor | None,
+    ) -> StepContext:
+        stats = cand.statistics()  # every statistic the run declared
+        if shadow_probs is not None:
+            stats["shadow_prob"] = shadow_probs
+        return StepContext(
+            tokens=old,
+            masked=masked,
+            editable=blk.generated & ~masked,
+            in_block=blk.in_block,
+            cand_tokens=cand.token,
+            cand_probs=cand.prob,
+            step=blk.steps,
+            block_index=blk.block_index,
+            active=blk.active,
+            block_masked=blk.block_masked,
+            mask_token_id=self.special.mask,
+            positions=blk.positions,
+            generator=self.generator,
+            stats=stats,
+        )
+
+    def _decide(self, ctx: StepContext, blk: _BlockState) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Every strategy's step on the context (with its own state); their union, active rows only."""
+        results = [
+            s.step(ctx if not blk.states[i] else ctx.with_state(blk.states[i]))
+            for i, s in enumerate(self.strategies)
+        ]
+        blk.states = [r.state if r.state is not None else {} for r in results]
+        commit, edit, new = _combine(results, ctx.tokens)
+        return commit & blk.active[:, None], edit & blk.active[:, None], new  # [B, S] each
+
+    def _write(
+        self,
+        canvas: torch.Tensor,
+        blk: _BlockState,
+        old: torch.Tensor,
+        masked: torch.Tensor,
+        commit: torch.Tensor,
+        edit: torch.Tensor,
+        new: torch.Tensor,
+        probs: torch.Tensor,
+    ) -> None:
+        """Write the step into the canvas, stream and trace it, and count forwards and edits."""
+        bl = self.layout.block_length
+        canvas[:, blk.span] = torch.where(commit | edit, new, old)
+        self.stream.step(canvas, blk.span, edit)
+        if self.trace is not None:
+            self.trace.append(
+                StepRecord(
+                    block=blk.block,
+                    span_start=blk.span.start,
+                    active=blk.active.cpu(),
+                    masked=masked.cpu(),
+                    commit=commit.cpu(),
+                    edit=edit.cpu(),
+                    before=old.cpu(),
+                    after=canvas[:, blk.span].clone().cpu(),
+                    probs=probs.cpu(),
                 )
-
-            steps = steps + active
-            num_forwards = num_forwards + active
-            num_edits = num_edits + edit.sum(-1)
-            edited_any = edit.any(-1)  # [B]
-            if w > 0:
-                window_edits = edit[:, : w * bl].any(0)  # [w*bl]
-                # argmax of a bool row: its first True; no True: no_edit
-                edited_slot = torch.where(window_edits.any(), window_edits.long().argmax(), no_edit)  # []
-            active = active & ~(mask_free & ~edited_any)
-            step_number += 1
-
-        if eos_stop:
-            finished = finished | (
-                _eos_done(canvas, layout, (block + 1) * bl, special) & layout.rows_in_block(block)
             )
-        stream.confirm(canvas, (block + 1 - window) * bl)  # window blocks may still be edited
-        if bool((finished | ~layout.rows_in_block(block + 1)).all()):
-            break
+        blk.steps = blk.steps + blk.active
+        self.num_forwards = self.num_forwards + blk.active
+        self.num_edits = self.num_edits + edit.sum(-1)
+        edited_any = edit.any(-1)  # [B]
+        if blk.w > 0:
+            window_edits = edit[:, : blk.w * bl].any(0)  # [w*bl]
+            # argmax of a bool row: its first True; no True: no_edit
+            blk.edited_slot = torch.where(window_edits.any(), window_edits.long().argmax(), blk.no_edit)  # []
+        assert blk.mask_free is not None  # set by _top_of_step
+        blk.active = blk.active & ~(blk.mask_free & ~edited_any)
+        blk.step_number += 1
 
-    stream.confirm(canvas, layout.canvas_length)
-    return num_forwards, num_edits, trace
+    def _end_block(self, canvas: torch.Tensor, blk: _BlockState) -> bool:
+        """The EOS stop per row after the block; True when no row decodes another block."""
+        layout, bl = self.layout, self.layout.block_length
+        if self.eos_stop:
+            self.finished = self.finished | (
+                _eos_done(canvas, layout, (blk.block + 1) * bl, self.special)
+                & layout.rows_in_block(blk.block)
+            )
+        self.stream.confirm(
+            canvas, (blk.block + 1 - self.plan.needs.window) * bl
+        )  # window blocks may still be edited
+        return bool((self.finished | ~layout.rows_in_block(blk.block + 1)).all())

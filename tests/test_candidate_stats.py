@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 import dllm_edit
 from dllm_edit.kernels import STAT_NAMES, _dispatch, candidate_stats, candidate_stats_reference
-from dllm_edit.strategies import StepContext, StepResult, Strategy, ThresholdUnmask
+from dllm_edit.strategies import Needs, StepContext, StepResult, Strategy, ThresholdUnmask
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 needs_kernel = pytest.mark.skipif(
@@ -287,17 +287,26 @@ def test_unknown_statistics_are_refused_before_a_forward():
     class Wants(Strategy):
         unmasks: ClassVar[bool] = True
 
-        @property
-        def needs_stats(self):
-            return frozenset({"margin"})
+        def requires(self):
+            return Needs(stats={"margin"})  # type: ignore[arg-type]  # not a statistic: mypy says so too
 
         def step(self, ctx):
             raise AssertionError("never reached")
 
+    @dataclasses.dataclass(frozen=True)
+    class WantsTheEarlierWay(Wants):  # a strategy written for an earlier release, through the old hook
+        @property
+        def needs_stats(self):
+            return frozenset({"margin"})
+
+        def requires(self):
+            return Needs()
+
     model = BagDenoiser(vocab_size=48)
-    cfg = dllm_edit.EditGenerationConfig(strategies=[Wants()], max_new_tokens=4, block_length=4, **IDS)
-    with pytest.raises(ValueError, match="margin"):
-        dllm_edit.generate(model, torch.tensor([[3, 4]]), generation_config=cfg, adapter="bidirectional")
+    for strategy in (Wants(), WantsTheEarlierWay()):
+        with pytest.raises(ValueError, match="margin"):  # refused when the run is configured
+            cfg = dllm_edit.EditGenerationConfig(strategies=[strategy], max_new_tokens=4, block_length=4, **IDS)
+            dllm_edit.generate(model, torch.tensor([[3, 4]]), generation_config=cfg, adapter="bidirectional")
     assert model.calls == 0
 
 

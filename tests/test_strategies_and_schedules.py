@@ -8,12 +8,15 @@ from dllm_edit.strategies import (
     Stepwise,
     Strategy,
     ThresholdUnmask,
+    TokenEdit,
     available_strategies,
+    canonical_name,
     get_strategy,
     register_strategy,
     select_unmask,
     strategy_from_dict,
 )
+from dllm_edit.strategies.registry import snake_case
 
 
 def test_select_unmask_ties_go_to_lower_index():
@@ -52,16 +55,28 @@ def test_schedule_validation():
 
 
 def test_registry_and_entry_point_names():
-    assert {"ThresholdUnmask", "QuotaUnmask", "TokenEdit", "MultiBlockEdit"} <= set(available_strategies())
-    assert get_strategy("TokenEdit").__name__ == "TokenEdit"
+    names = set(available_strategies())
+    assert {"threshold_unmask", "quota_unmask", "token_edit", "multi_block_edit", "prophet"} <= names
+    assert all(name == snake_case(name) for name in names)  # one style
+    # the class names, the registry names of earlier releases, are aliases
+    assert get_strategy("TokenEdit") is get_strategy("token_edit") is TokenEdit
+    assert TokenEdit().to_dict()["type"] == "token_edit" and canonical_name("TokenEdit") == "token_edit"
+    assert strategy_from_dict({"type": "ThresholdUnmask", "threshold": 0.3}) == ThresholdUnmask(0.3)
     with pytest.raises(ValueError, match="Unknown strategy"):
         get_strategy("nope")
     with pytest.raises(TypeError):
         register_strategy("bad")(int)
-    with pytest.raises(ValueError, match="already registered"):
+    for taken in ("TokenEdit", "token_edit"):  # an alias is taken as much as a name
+        with pytest.raises(ValueError, match="already registered"):
 
-        @register_strategy("TokenEdit")
-        class Other(Strategy):
+            @register_strategy(taken)
+            class Other(Strategy):
+                pass
+
+    with pytest.raises(ValueError, match="snake_case.*'my_rule'"):
+
+        @register_strategy("MyRule")
+        class Mine(Strategy):
             pass
 
 

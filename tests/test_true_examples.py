@@ -211,7 +211,7 @@ def test_decoding_diagrams_are_the_shipped_models_steps(shipped):
 
 def test_drafts_and_edits_quoted_in_prose(shipped):
     checked = 0
-    for relative in ("docs/concepts/training.md", "trainers/corruption.py"):
+    for relative in ("docs/concepts/training.md", "dllm_edit/trainers/corruption.py"):
         prose = " ".join(read(relative).split())
         for prompt, draft in re.findall(r"`(sort:\d+=)` drafted as `(\d+)`", prose):
             text, out, width = decode(shipped, prompt)

@@ -43,6 +43,7 @@ from dllm_edit.layout import build_canvas
 from dllm_edit.strategies import (
     KLASS,
     WINO,
+    Needs,
     PCSampler,
     StepContext,
     estimate_token_prior,
@@ -234,10 +235,10 @@ def test_klass_rows_are_independent():
         (dict(conf_threshold=1.5), ValueError, "conf_threshold"),
         (dict(kl_threshold=0.0), ValueError, r"`kl_threshold` of KLASS must be a finite float > 0.*got 0.0"),
         (dict(kl_threshold="0.01"), TypeError, "kl_threshold"),
-        (dict(history_length=0), ValueError, r"`history_length` of KLASS must be >= 1.*got 0"),
+        (dict(history_length=0), ValueError, r"`history_length` of KLASS must be an int >= 1.*got 0"),
         (dict(history_length=2.0), TypeError, "history_length"),
         (dict(unmask_strategy="max_confidence"), ValueError, r"unmask_strategy.*Did you mean 'max_conf'"),
-        (dict(steps=0), ValueError, r"`steps` of KLASS must be >= 1"),
+        (dict(steps=0), ValueError, r"`steps` of KLASS must be None or an int >= 1"),
     ],
 )
 def test_klass_bad_values_name_the_field(fields, error, match):
@@ -247,7 +248,8 @@ def test_klass_bad_values_name_the_field(fields, error, match):
 
 def test_klass_declares_kl_and_refuses_a_context_without_it():
     assert KLASS().needs_stats == frozenset({"kl"}) and KLASS().unmasks
-    with pytest.raises(ValueError, match="kl_prev"):
+    assert KLASS().needs.stats == {"kl"}
+    with pytest.raises(LookupError, match="'kl'"):  # a hand-built context without it
         KLASS().step(ctx_of([[0.9]]))
 
 
@@ -645,9 +647,9 @@ def test_wino_a_block_ends_within_its_mask_count(seed, width):
     [
         (dict(wide_in_threshold=1.2), ValueError, "wide_in_threshold"),
         (dict(narrow_out_threshold=-0.1), ValueError, "narrow_out_threshold"),
-        (dict(accept_ratio=0.0), ValueError, r"`accept_ratio` of WINO must be in \(0, 1\]"),
+        (dict(accept_ratio=0.0), ValueError, r"`accept_ratio` of WINO must be a finite float in \(0, 1\]"),
         (dict(accept_ratio="0.7"), TypeError, "accept_ratio"),
-        (dict(min_accept=0), ValueError, r"`min_accept` of WINO must be >= 1"),
+        (dict(min_accept=0), ValueError, r"`min_accept` of WINO must be an int >= 1"),
         (
             dict(min_accept=6, max_accept=5),
             ValueError,
@@ -662,8 +664,9 @@ def test_wino_bad_values_name_the_field(fields, error, match):
 
 def test_wino_needs_the_shadow_block():
     assert WINO().needs_shadow_block and not KLASS().needs_shadow_block and WINO().remasks
-    with pytest.raises(ValueError, match="shadow_probs"):
-        WINO().step(ctx_of([[0.9]]))
+    assert WINO().needs == Needs(shadow_block=True, remasks=True)
+    with pytest.raises(LookupError, match="shadow_prob"):  # a hand-built context without it
+        WINO().step(ctx_of([[0.9]], mask_token_id=9))
     assert (
         get_strategy("wino") is WINO
         and get_strategy("klass") is KLASS

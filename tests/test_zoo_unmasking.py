@@ -240,9 +240,9 @@ def test_eb_orders_by_the_proxy():
     assert commits(EBSampler(gamma=1e-3, proxy="entropy"), ctx) == [0, 1, 2]
     assert commits(EBSampler(gamma=2.5e-4, proxy="entropy"), ctx) == [1, 2]
     assert commits(EBSampler(gamma=2.5e-4, proxy="margin"), ctx) == [1, 2]
-    assert EBSampler().needs_stats == {"entropy"}
-    assert EBSampler(proxy="margin").needs_stats == {"entropy", "second"}
-    with pytest.raises(ValueError, match="entropy"):
+    assert EBSampler().needs.stats == {"entropy"}
+    assert EBSampler(proxy="margin").needs.stats == {"entropy", "top_prob", "second_prob"}
+    with pytest.raises(LookupError, match="entropy"):  # a hand-built context without it
         EBSampler().step(ctx_of([0.5]))
 
 
@@ -355,7 +355,7 @@ def test_dream_orders():
     assert commits(DreamUnmask(alg="topk_margin", steps=3), ctx) == [1]
     assert commits(DreamUnmask(alg="entropy", steps=3), ctx) == [2]
     assert commits(DreamUnmask(alg="entropy", steps=2), ctx) == [0, 1, 2, 3]  # j=1 is the last step
-    assert DreamUnmask(alg="topk_margin").needs_stats == {"second"}
+    assert DreamUnmask(alg="topk_margin").needs.stats == {"top_prob", "second_prob"}
     assert DreamUnmask().needs_stats == {"entropy"} and DreamUnmask(alg="origin").needs_stats == frozenset()
 
 
@@ -483,12 +483,12 @@ class _Counting(Strategy):
 
 def test_prophet_passes_the_base_through():
     p = Prophet(base=_Counting(), steps=4)
-    assert p.needs_stats == {"entropy", "second"} and p.extra_forwards_per_block == 3
+    assert p.needs.stats == {"entropy", "top_prob", "second_prob"} and p.needs.extra_forwards == 3
     ctx = ctx_of([0.5, 0.4], top_probs=torch.tensor([[0.5, 0.4]]), second_probs=torch.tensor([[0.4, 0.3]]))
     ctx = StepContext(**{**ctx.__dict__, "state": {"calls": torch.tensor([2])}})
     assert p.step(ctx).state["calls"].tolist() == [3]
     eb = Prophet(base={"type": "eb_sampler", "gamma": 0.01})
-    assert eb.base == EBSampler(gamma=0.01) and eb.needs_stats == {"entropy", "second"}
+    assert eb.base == EBSampler(gamma=0.01) and eb.needs.stats == {"entropy", "top_prob", "second_prob"}
     assert Prophet(base="fast_dllm_factor").base == FastDLLMFactor()
     quota = Prophet(base=QuotaUnmask(steps=4, block_length=8, spread="masked_count"))
     assert quota._horizon(ctx_of([0.5], block_masked=torch.tensor([8]))).tolist() == [4]  # the base's steps

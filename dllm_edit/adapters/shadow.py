@@ -9,7 +9,7 @@ position ids. Attention (figure 2(b) of the WINO paper, `Feng-Hong/WINO-DLLM:LLa
   shadow slot: its distribution is the model's prediction at `j` with the token there hidden.
 
 `ShadowBlockSession.logits` returns the span's logits followed by the shadow block's
-(`[R, S + bl, V]`); `split_shadow` turns them into the span's logits and `StepContext.shadow_probs`
+(`[R, S + bl, V]`); `split_shadow` turns them into the span's logits and `StepContext.stat("shadow_prob")`
 (the shadow's probability of each block slot's current token, read with `edit_candidates` in one
 pass, from the raw softmax as the reference). Only adapters registered with `register_shadow_block`
 (built in: `"bidirectional"`, without a cache) can run it; `check_shadow_block` refuses the others
@@ -77,7 +77,7 @@ def check_shadow_block(adapter: ModelAdapter, strategies: Sequence[Any], use_cac
         ValueError: a strategy needs the shadow block and the adapter cannot build it, or a KV
             cache was asked for (the shadow forward runs the whole canvas every step).
     """
-    needing = [type(s).__name__ for s in strategies if getattr(s, "needs_shadow_block", False)]
+    needing = [type(s).__name__ for s in strategies if s.needs.shadow_block]
     if not needing:
         return False
     if not supports_shadow_block(adapter):
@@ -207,7 +207,7 @@ def open_shadow_session(
 def split_shadow(
     logits: torch.Tensor, canvas: torch.Tensor, rows: torch.Tensor, block: int, window: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """A shadow session's logits -> the span's logits and `StepContext.shadow_probs`.
+    """A shadow session's logits -> the span's logits and `StepContext.stat("shadow_prob")`.
 
     Args:
         logits: `[R, S + bl, V]` from `ShadowBlockSession.logits`.

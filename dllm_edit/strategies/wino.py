@@ -14,25 +14,15 @@ adapter builds the shadow forward (`dllm_edit.adapters.shadow`).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from typing import Any, cast
 
 import torch
 
-from .base import StepContext, StepResult, Strategy, threshold_field
+from . import fields
+from .base import StepContext, StepResult, Strategy
+from .needs import Needs
 from .schedules import Schedule
-from .unmask import rank_descending
-
-
-def _int_field(name: str, value: Any, minimum: int, hint: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(
-            f"`{name}` of WINO must be an int >= {minimum} ({hint}), got {type(value).__name__} {value!r}."
-        )
-    if value < minimum:
-        raise ValueError(f"`{name}` of WINO must be >= {minimum} ({hint}), got {value}.")
-    return value
+from .selection import at_step, masked_in_block, masked_ranks
 
 
 def wide_in(conf: torch.Tensor, masked: torch.Tensor, tau: torch.Tensor, cap: torch.Tensor) -> torch.Tensor:
@@ -56,8 +46,7 @@ def wide_in(conf: torch.Tensor, masked: torch.Tensor, tau: torch.Tensor, cap: to
         >>> wide_in(conf, masked, torch.tensor([0.95]), torch.tensor([2])).tolist()
         [[True, False, False, False]]
     """
-    scores = torch.where(masked, conf, torch.full_like(conf, -math.inf))  # [B, S]
-    rank = rank_descending(scores)  # [B, S] ties: the lower slot first
+    rank = masked_ranks(conf, masked)  # [B, S] ties: the lower slot first
     passing = masked & (conf > tau[:, None])  # [B, S]
     count = passing.sum(-1, keepdim=True)  # [B, 1]
     top = masked & (rank < cap[:, None])  # [B, S]
@@ -87,8 +76,7 @@ def narrow_out(
         [[False, False, True, True]]
     """
     doubtful = written & (shadow < tau[:, None])  # [B, S]
-    scores = torch.where(doubtful, -shadow, torch.full_like(shadow, -math.inf))  # [B, S]
-    return doubtful & (rank_descending(scores) < limit[:, None])  # [B, S]
+    return doubtful & (masked_ranks(-shadow, doubtful) < limit[:, None])  # [B, S]
 
 
 @dataclass(frozen=True)
@@ -149,73 +137,52 @@ class WINO(Strategy):
     max_accept: int = 20
 
     unmasks = True
-    #: puts masks back on written tokens (the property suite then skips "no mask written")
-    remasks = True
     sweep = ("wide_in_threshold", (0.9, 0.8, 0.7, 0.6, 0.5))
 
     def __post_init__(self) -> None:
-        object.__setattr__(
-            self, "wide_in_threshold", threshold_field("wide_in_threshold", self.wide_in_threshold)
+        for name in ("wide_in_threshold", "narrow_out_threshold"):
+            object.__setattr__(self, name, fields.threshold_field(name, getattr(self, name)))
+        ratio = fields.real(
+            "WINO",
+            "accept_ratio",
+            self.accept_ratio,
+            minimum=0.0,
+            maximum=1.0,
+            strict_minimum=True,
+            hint="the share of the block's masks a step may commit, 0.7 in the paper",
         )
-        object.__setattr__(
-            self, "narrow_out_threshold", threshold_field("narrow_out_threshold", self.narrow_out_threshold)
+        object.__setattr__(self, "accept_ratio", ratio)
+        fields.positive_int(
+            "WINO", "min_accept", self.min_accept, "the per-step cap's lower bound, 5 in the paper"
         )
-        ratio = self.accept_ratio
-        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)):
-            raise TypeError(
-                f"`accept_ratio` of WINO must be a float in (0, 1] (e.g. 0.7), "
-                f"got {type(ratio).__name__} {ratio!r}."
-            )
-        if not (0 < ratio <= 1):
-            raise ValueError(
-                f"`accept_ratio` of WINO must be in (0, 1] (the share of the block's masks a step may "
-                "commit, "
-                f"0.7 in the paper), got {ratio!r}."
-            )
-        object.__setattr__(self, "accept_ratio", float(ratio))
-        _int_field("min_accept", self.min_accept, 1, "the per-step cap's lower bound, 5 in the paper")
-        _int_field("max_accept", self.max_accept, 1, "the per-step cap's upper bound, 20 in the paper")
+        fields.positive_int(
+            "WINO", "max_accept", self.max_accept, "the per-step cap's upper bound, 20 in the paper"
+        )
         if self.max_accept < self.min_accept:
             raise ValueError(
                 f"`max_accept` of WINO ({self.max_accept}) must be >= `min_accept` ({self.min_accept}): "
-                "the cap is "
-                "clamp(floor(accept_ratio * masks), min_accept, max_accept)."
+                "the cap is clamp(floor(accept_ratio * masks), min_accept, max_accept)."
             )
 
-    @property
-    def needs_shadow_block(self) -> bool:
-        """The loop must run the shadow block and set `StepContext.shadow_probs`."""
-        return True
+    def requires(self) -> Needs:
+        """The shadow block, and re-masking (puts masks back on written tokens: the property suite
+        then skips "no mask written"); no extra forwards (see above)."""
+        return Needs(shadow_block=True, remasks=True)
 
     def step(self, ctx: StepContext) -> StepResult:
-        shadow = ctx.shadow_probs
-        if shadow is None:
-            raise ValueError(
-                "WINO reads StepContext.shadow_probs (each written token's probability under the shadow "
-                "block), which is None: decode with an adapter that builds the shadow block "
-                "(dllm_edit.adapters.shadow), or build hand-made contexts with shadow_probs=..."
-            )
-        if ctx.mask_token_id is None:
-            raise ValueError(
-                "WINO writes the mask token, but the StepContext has no `mask_token_id`; the decoding loop "
-                "always passes it: build hand-made contexts with mask_token_id=..."
-            )
-        masked = ctx.masked & ctx.in_block  # [B, S]
+        masked = masked_in_block(ctx)  # [B, S]
         count = masked.sum(-1)  # [B]
         # float32 like the reference's `int(tensor * 0.7)`, so floor(0.7 m) rounds the same
         cap = (count * self.accept_ratio).long().clamp(self.min_accept, self.max_accept)  # [B]
-        tau_in = cast(Schedule, self.wide_in_threshold)(ctx.step, ctx.block_index)  # [B]
-        commit = wide_in(ctx.cand_probs, masked, tau_in, cap)  # [B, S]
+        commit = wide_in(ctx.cand_probs, masked, at_step(self.wide_in_threshold, ctx), cap)  # [B, S]
         accepted = commit.sum(-1)  # [B]
-
         last = ctx.state.get("last_accept")  # [B] commits of the previous step of the block
         limit = torch.zeros_like(accepted) if last is None else (last - 1).clamp_min(0)  # [B]
         limit = torch.where(accepted > 1, limit, torch.zeros_like(limit))  # [B]
-        tau_out = cast(Schedule, self.narrow_out_threshold)(ctx.step, ctx.block_index)  # [B]
         written = ctx.editable & ctx.in_block  # [B, S] written before this step, in the block
-        remask = narrow_out(shadow, written, tau_out, limit)  # [B, S]
-
-        tokens = torch.where(
-            remask, torch.full_like(ctx.tokens, ctx.mask_token_id), ctx.cand_tokens
+        remask = narrow_out(
+            ctx.stat("shadow_prob"), written, at_step(self.narrow_out_threshold, ctx), limit
         )  # [B, S]
+        mask = torch.full_like(ctx.tokens, ctx.mask_id)  # [B, S]
+        tokens = torch.where(remask, mask, ctx.cand_tokens)  # [B, S]
         return StepResult(commit=commit, edit=remask, tokens=tokens, state={"last_accept": accepted})

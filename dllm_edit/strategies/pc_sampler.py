@@ -10,30 +10,18 @@ decoding order from left to right (λ > 0), the calibration turns down tokens th
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
+from . import fields
 from .base import StepContext, StepResult, Strategy
+from .needs import Needs
+from .selection import llada_quota, masked_in_block, top_k_masked
 from .token_prior import as_prior
-from .unmask import masked_count_quota, rank_descending
 
 _EPS = 1e-9  # inside the log, as the reference
-
-
-def _real(name: str, value: Any, hint: str, minimum: float, strict: bool) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(
-            f"`{name}` of PCSampler must be a float ({hint}), got {type(value).__name__} {value!r}."
-        )
-    low_ok = value > minimum if strict else value >= minimum
-    if not (low_ok and math.isfinite(value)):
-        bound = f"> {minimum}" if strict else f">= {minimum}"
-        raise ValueError(f"`{name}` of PCSampler must be a finite float {bound} ({hint}), got {value!r}.")
-    return float(value)
 
 
 @dataclass(frozen=True)
@@ -86,18 +74,20 @@ class PCSampler(Strategy):
     sweep = ("steps", (32, 16, 8, 4))  # forwards per block; `dllm-edit bench` blocks are 32 long
 
     def __post_init__(self) -> None:
-        object.__setattr__(
-            self, "lambd", _real("lambd", self.lambd, "λ, the position decay, e.g. 0.25", 0.0, False)
+        lambd = fields.real(
+            "PCSampler", "lambd", self.lambd, minimum=0.0, hint="λ, the position decay, e.g. 0.25"
         )
-        object.__setattr__(
-            self, "alpha", _real("alpha", self.alpha, "α, the calibration clip, e.g. 10", 0.0, True)
+        object.__setattr__(self, "lambd", lambd)
+        alpha = fields.real(
+            "PCSampler",
+            "alpha",
+            self.alpha,
+            minimum=0.0,
+            strict_minimum=True,
+            hint="α, the calibration clip, e.g. 10",
         )
-        if self.steps is not None and (
-            isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1
-        ):
-            raise ValueError(
-                f"`steps` of PCSampler must be None (one token per step) or an int >= 1, got {self.steps!r}."
-            )
+        object.__setattr__(self, "alpha", alpha)
+        fields.optional_int("PCSampler", "steps", self.steps, 1, "None: one token per step")
         prior = self.prior
         if prior is None:
             return
@@ -113,11 +103,14 @@ class PCSampler(Strategy):
         """The prior's vocabulary size (None without a prior)."""
         return None if self._prior is None else int(self._prior.numel())
 
+    def requires(self) -> Needs:
+        """The prior's vocabulary size: the loop refuses a model whose logits have another size,
+        before the first forward (the strategy alone only sees token ids and cannot tell a prior
+        that is too large)."""
+        return Needs(vocab_size=self.prior_size)
+
     def check_vocab(self, vocab_size: int) -> None:
         """Refuse a prior whose size is not the model's vocabulary (the size of its logits).
-
-        The decoding loop calls it before the first forward; the strategy alone only sees token ids
-        and cannot tell a prior that is too large.
 
         Raises:
             ValueError: the sizes differ.
@@ -129,13 +122,6 @@ class PCSampler(Strategy):
                 "(the size of its logits): estimate it with estimate_token_prior(..., vocab_size="
                 f"{vocab_size}) from this model's tokenizer."
             )
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"type": self.registry_name()}
-        for key in ("lambd", "alpha", "prior", "steps"):
-            value = getattr(self, key)
-            out[key] = list(value) if isinstance(value, tuple) else value
-        return out
 
     @staticmethod
     def _frequencies(prior: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
@@ -149,25 +135,8 @@ class PCSampler(Strategy):
                 "(a candidate id is past its end); estimate it with this model's vocabulary size."
             ) from None
 
-    def _quota(self, ctx: StepContext) -> torch.Tensor:
-        if self.steps is None:
-            return torch.ones_like(ctx.step)  # [B]
-        if ctx.block_masked is None:
-            raise ValueError(
-                "PCSampler(steps=...) needs `StepContext.block_masked` (the block's masks at its first "
-                "step); "
-                "the decoding loop sets it: build hand-made contexts with block_masked=..."
-            )
-        step = ctx.step.clamp(max=self.steps - 1)  # [B]
-        return masked_count_quota(ctx.block_masked, step, self.steps).clamp_min(1)  # [B]
-
     def step(self, ctx: StepContext) -> StepResult:
-        if ctx.positions is None:
-            raise ValueError(
-                "PCSampler reads StepContext.positions (each slot's offset from the completion start), which "
-                "is None; the decoding loop always sets it: build hand-made contexts with positions=..."
-            )
-        masked = ctx.masked & ctx.in_block  # [B, S]
+        masked = masked_in_block(ctx)  # [B, S]
         conf = ctx.cand_probs.to(torch.float32)  # [B, S]
         if self._prior is None:
             calibrated = conf  # [B, S]
@@ -179,6 +148,4 @@ class PCSampler(Strategy):
             torch.float32
         )  # [B, S]
         log_score = log_score.clamp_min(floor)  # [B, S] a masked slot of score 0 still beats the others
-        scores = torch.where(masked, log_score, torch.full_like(log_score, -math.inf))  # [B, S]
-        commit = masked & (rank_descending(scores) < self._quota(ctx)[:, None])  # [B, S]
-        return StepResult(commit=commit, edit=torch.zeros_like(commit), tokens=ctx.cand_tokens)
+        return StepResult.unmasking(ctx, top_k_masked(log_score, masked, llada_quota(ctx, self.steps)))

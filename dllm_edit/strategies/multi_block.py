@@ -22,13 +22,15 @@ It is off by default (`multi_block_edit=False` in the config).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import cast
 
 import torch
 
-from .base import StepContext, StepResult, Strategy, threshold_field
+from . import fields
+from .base import StepContext, StepResult, Strategy
 from .edit import select_edits
+from .needs import Needs
 from .schedules import Schedule
+from .selection import at_step
 
 
 @dataclass(frozen=True)
@@ -56,17 +58,12 @@ class MultiBlockEdit(Strategy):
     threshold: float | Schedule = 0.9
 
     def __post_init__(self) -> None:
-        if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 1:
-            raise ValueError(
-                f"`window` (config: `multi_block_window`) must be an int >= 1, got {self.window!r}."
-            )
-        object.__setattr__(self, "threshold", threshold_field("multi_block_threshold", self.threshold))
+        fields.positive_int("MultiBlockEdit", "window", self.window, "config: `multi_block_window`")
+        object.__setattr__(self, "threshold", fields.threshold_field("multi_block_threshold", self.threshold))
 
-    @property
-    def needs_window(self) -> int:
-        return self.window
+    def requires(self) -> Needs:
+        return Needs(window=self.window)
 
     def step(self, ctx: StepContext) -> StepResult:
-        tau = cast(Schedule, self.threshold)(ctx.step, ctx.block_index)  # [B]; a Schedule by now
-        edit = select_edits(ctx, ~ctx.in_block, tau)  # [B, S]
+        edit = select_edits(ctx, ~ctx.in_block, at_step(self.threshold, ctx))  # [B, S]
         return StepResult(commit=torch.zeros_like(edit), edit=edit, tokens=ctx.cand_tokens)

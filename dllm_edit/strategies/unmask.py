@@ -1,36 +1,26 @@
-"""Mask-to-Token (M2T) strategies: which masked positions to fill at a step (the set Γ)."""
+"""Mask-to-Token (M2T) strategies: which masked positions to fill at a step (the set Γ).
+
+`rank_descending` and `masked_count_quota` live in `dllm_edit.strategies.selection` and are
+importable from here too.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import cast
 
 import torch
 
-from .base import StepContext, StepResult, Strategy, threshold_field
+from . import fields
+from .base import StepContext, StepResult, Strategy
 from .schedules import Schedule
-
-
-def rank_descending(scores: torch.Tensor) -> torch.Tensor:
-    """Rank of each entry along the last dim, 0 = largest; exact ties go to the lower index.
-
-    The references select with `torch.topk`, whose order among exactly equal values is not
-    specified: on CPU it changes with the row length and `k` (for a row of equal values, top-1 of 4
-    entries returns the last one and of 16 the first). No rule can match it on every tie, so
-    dllm_edit takes the rule that is deterministic and independent of the batch (which batch ==
-    alone needs): the lower position first, as a stable descending sort does. With candidate
-    probabilities computed as `softmax` then gather (see `dllm_edit.kernels.candidates`), exact ties
-    need probabilities equal to float32 resolution (e.g. two near-1 values closer than 6e-8).
-
-    Args:
-        scores: FloatTensor `[B, S]`.
-
-    Returns:
-        LongTensor `[B, S]`.
-    """
-    order = torch.argsort(scores, dim=-1, descending=True, stable=True)  # [B, S]
-    positions = torch.arange(scores.shape[-1], device=scores.device).expand_as(order)  # [B, S]
-    return torch.empty_like(order).scatter_(-1, order, positions)  # [B, S]
+from .selection import (
+    at_step,
+    llada_quota,
+    masked_count_quota,
+    masked_in_block,
+    rank_descending,
+    top_k_masked,
+)
 
 
 def select_unmask(
@@ -52,9 +42,7 @@ def select_unmask(
     """
     confident = masked & (probs > threshold[:, None])  # [B, S]
     enough = confident.sum(-1) >= quota  # [B]
-    k = torch.minimum(quota, masked.sum(-1))  # [B]
-    scores = torch.where(masked, probs, torch.full_like(probs, -float("inf")))  # [B, S]
-    top = masked & (rank_descending(scores) < k[:, None])  # [B, S]
+    top = top_k_masked(probs, masked, quota)  # [B, S]
     return torch.where(enough[:, None], confident, top)  # [B, S]
 
 
@@ -89,44 +77,17 @@ class ThresholdUnmask(Strategy):
     sweep = ("threshold", (0.9, 0.7, 0.5, 0.3))
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "threshold", threshold_field("threshold", self.threshold))
-        if isinstance(self.num_to_transfer, bool) or not isinstance(self.num_to_transfer, int):
-            raise TypeError(f"`num_to_transfer` must be an int >= 1, got {self.num_to_transfer!r}.")
-        if self.num_to_transfer < 1:
-            raise ValueError(
-                "`num_to_transfer` must be >= 1 (each step must unmask something), "
-                f"got {self.num_to_transfer}."
-            )
+        object.__setattr__(self, "threshold", fields.threshold_field("threshold", self.threshold))
+        fields.positive_int(
+            "ThresholdUnmask", "num_to_transfer", self.num_to_transfer, "each step must unmask something"
+        )
 
     def step(self, ctx: StepContext) -> StepResult:
-        tau = cast(Schedule, self.threshold)(ctx.step, ctx.block_index)  # [B]; a Schedule by now
         quota = torch.full_like(ctx.step, self.num_to_transfer)  # [B]
-        masked = ctx.masked & ctx.in_block  # [B, S]
-        commit = select_unmask(ctx.cand_probs, masked, tau, quota)  # [B, S]
-        return StepResult(commit=commit, edit=torch.zeros_like(commit), tokens=ctx.cand_tokens)
-
-
-def masked_count_quota(block_masked: torch.Tensor, step: torch.Tensor, steps: int) -> torch.Tensor:
-    """LLaDA-1's quota (`get_num_transfer_tokens`): the block's masked count spread over `steps`.
-
-    Step `j` of a block that started with `n` masks unmasks `n // steps`, plus one for the first
-    `n % steps` steps, so the quotas sum to `n`.
-
-    Args:
-        block_masked: LongTensor `[B]`, masks in the block at its first step (`n`).
-        step: LongTensor `[B]`, the step within the block (`j`, from 0).
-        steps: steps per block.
-
-    Returns:
-        LongTensor `[B]`.
-
-    Examples:
-        >>> import torch
-        >>> masked_count_quota(torch.tensor([10, 10, 3]), torch.tensor([0, 3, 2]), 4).tolist()
-        [3, 2, 1]
-    """
-    base = block_masked // steps  # [B]
-    return base + (step < block_masked % steps).long()  # [B]
+        commit = select_unmask(
+            ctx.cand_probs, masked_in_block(ctx), at_step(self.threshold, ctx), quota
+        )  # [B, S]
+        return StepResult.unmasking(ctx, commit)
 
 
 def quota_schedule(block_length: int, steps: int) -> list[int]:
@@ -181,21 +142,15 @@ class QuotaUnmask(Strategy):
     sweep = ("steps", (32, 16, 8, 4))  # forwards per block; `dllm-edit bench` blocks are 32 long
 
     def __post_init__(self) -> None:
-        for name in ("steps", "block_length"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"`{name}` must be an int >= 1, got {value!r}.")
+        fields.positive_int("QuotaUnmask", "steps", self.steps, "forwards per block")
+        fields.positive_int("QuotaUnmask", "block_length", self.block_length)
         if self.steps > self.block_length:
             raise ValueError(
                 f"`steps` ({self.steps}) must be <= `block_length` ({self.block_length}): "
                 "each step unmasks at least one token."
             )
-        object.__setattr__(self, "threshold", threshold_field("threshold", self.threshold))
-        if self.spread not in QUOTA_SPREADS:
-            raise ValueError(
-                f"`spread` must be one of {list(QUOTA_SPREADS)} (LLaDA2.0's rule or LLaDA-1's), "
-                f"got {self.spread!r}."
-            )
+        object.__setattr__(self, "threshold", fields.threshold_field("threshold", self.threshold))
+        fields.choice("QuotaUnmask", "spread", self.spread, QUOTA_SPREADS, "LLaDA2.0's rule or LLaDA-1's")
 
     @property
     def quota(self) -> tuple[int, ...]:
@@ -203,18 +158,23 @@ class QuotaUnmask(Strategy):
         return tuple(quota_schedule(self.block_length, self.steps))
 
     def step(self, ctx: StepContext) -> StepResult:
-        step = ctx.step.clamp(max=self.steps - 1)  # [B]
         if self.spread == "masked_count":
-            if ctx.block_masked is None:
-                raise ValueError(
-                    "QuotaUnmask(spread='masked_count') needs `StepContext.block_masked` (the masks of "
-                    "the block at its first step); the decoding loop sets it."
-                )
-            quota = masked_count_quota(ctx.block_masked, step, self.steps)  # [B]
+            quota = llada_quota(ctx, self.steps, minimum=0)  # [B]
         else:
             table = torch.tensor(self.quota, device=ctx.step.device)  # [steps]
-            quota = table[step]  # [B]
-        tau = cast(Schedule, self.threshold)(ctx.step, ctx.block_index)  # [B]; a Schedule by now
-        masked = ctx.masked & ctx.in_block  # [B, S]
-        commit = select_unmask(ctx.cand_probs, masked, tau, quota)  # [B, S]
-        return StepResult(commit=commit, edit=torch.zeros_like(commit), tokens=ctx.cand_tokens)
+            quota = table[ctx.step.clamp(max=self.steps - 1)]  # [B]
+        commit = select_unmask(
+            ctx.cand_probs, masked_in_block(ctx), at_step(self.threshold, ctx), quota
+        )  # [B, S]
+        return StepResult.unmasking(ctx, commit)
+
+
+__all__ = [
+    "QUOTA_SPREADS",
+    "QuotaUnmask",
+    "ThresholdUnmask",
+    "masked_count_quota",
+    "quota_schedule",
+    "rank_descending",
+    "select_unmask",
+]

@@ -3,14 +3,16 @@ early commit-all when the top-1/top-2 gap says the answer has converged, around 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from . import fields
 from .base import StepContext, StepResult, Strategy
+from .needs import Needs
 from .registry import get_strategy, strategy_from_dict
+from .selection import masked_in_block
 from .unmask import ThresholdUnmask
 
 
@@ -29,23 +31,10 @@ def _base_strategy(value: Any) -> Strategy:
     return value
 
 
-def _floats(name: str, value: Any, count: int) -> tuple[float, ...]:
-    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or len(value) != count:
-        raise ValueError(f"`{name}` must be a sequence of {count} floats, got {value!r}.")
-    out = []
-    for v in value:
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise ValueError(f"`{name}` must hold {count} finite floats, got {value!r}.")
-        out.append(float(v))
-    return tuple(out)
-
-
 def logit_gap(ctx: StepContext) -> torch.Tensor:
     """FloatTensor `[B, S]`: `log p1 - log p2`, the top-1/top-2 logit gap of each slot's distribution
     (+inf where the second probability underflows to 0)."""
-    if ctx.top_probs is None or ctx.second_probs is None:
-        raise ValueError("Prophet needs StepContext.top_probs/second_probs (needs_stats 'second').")
-    return ctx.top_probs.log() - ctx.second_probs.log()  # [B, S]
+    return ctx.stat("top_prob").log() - ctx.stat("second_prob").log()  # [B, S]
 
 
 @dataclass(frozen=True)
@@ -70,8 +59,9 @@ class Prophet(Strategy):
     the canvas and stops (here those of the active block; later blocks decode with the rule again:
     with `answer_start=None` a block that has converged fires at its first step).
 
-    Composition: `base` is any unmasking strategy (its stats, state, window and extra forwards are
-    passed through); editing strategies compose beside Prophet as with any unmasking rule.
+    Composition: `base` is any unmasking strategy (its needs are merged into Prophet's by
+    `Strategy.needs`, its state passes through); editing strategies compose beside Prophet as with
+    any unmasking rule.
 
     Args:
         base: the rule run when Prophet does not fire (a Strategy, a registered name or a dict);
@@ -111,65 +101,35 @@ class Prophet(Strategy):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "base", _base_strategy(self.base))
-        object.__setattr__(self, "thresholds", _floats("thresholds", self.thresholds, 3))
-        bounds = _floats("phase_bounds", self.phase_bounds, 2)
+        object.__setattr__(self, "thresholds", fields.reals("Prophet", "thresholds", self.thresholds, 3))
+        bounds = fields.reals("Prophet", "phase_bounds", self.phase_bounds, 2)
         if not 0.0 <= bounds[0] <= bounds[1] <= 1.0:
             raise ValueError(
                 f"`phase_bounds` must satisfy 0 <= early_end <= mid_end <= 1, got {self.phase_bounds!r}."
             )
         object.__setattr__(self, "phase_bounds", bounds)
-        for name, minimum in (("answer_start", 0), ("steps", 1)):
-            value = getattr(self, name)
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int) or value < minimum
-            ):
-                raise ValueError(f"`{name}` must be None or an int >= {minimum}, got {value!r}.")
-        a = self.answer_length
-        if isinstance(a, bool) or not isinstance(a, int) or a < 1:
-            raise ValueError(f"`answer_length` must be an int >= 1 (slots watched), got {a!r}.")
+        fields.optional_int(
+            "Prophet", "answer_start", self.answer_start, 0, "the first watched completion offset"
+        )
+        fields.optional_int("Prophet", "steps", self.steps, 1, "the progress horizon in forwards per block")
+        fields.positive_int("Prophet", "answer_length", self.answer_length, "slots watched")
 
-    # ------------------------------------------------------------------ what the base needs
-    @property
-    def needs_stats(self) -> frozenset[str]:
-        return self.base.needs_stats | {"second"}
+    def requires(self) -> Needs:
+        """The top-1 / top-2 probabilities (the base's needs are merged in by `needs`)."""
+        return Needs(stats={"top_prob", "second_prob"})
 
-    @property
-    def needs_current_probs(self) -> bool:
-        return bool(self.base.needs_current_probs)
-
-    @property
-    def needs_window(self) -> int:
-        return int(self.base.needs_window)
-
-    @property
-    def extra_forwards_per_block(self) -> int:
-        return int(self.base.extra_forwards_per_block)
-
-    def to_dict(self) -> dict[str, Any]:
-        out = super().to_dict()
-        out["base"] = self.base.to_dict()
-        out["thresholds"], out["phase_bounds"] = list(self.thresholds), list(self.phase_bounds)
-        return out
-
-    # ------------------------------------------------------------------ the rule
     def _horizon(self, ctx: StepContext) -> torch.Tensor:
         steps = self.steps if self.steps is not None else getattr(self.base, "steps", None)
         if isinstance(steps, int) and not isinstance(steps, bool):
             return torch.full_like(ctx.step, steps)  # [B]
-        if ctx.block_masked is None:
-            raise ValueError("Prophet(steps=None) needs StepContext.block_masked; the decoding loop sets it.")
         return ctx.block_masked.clamp(min=1)  # [B]
 
     def step(self, ctx: StepContext) -> StepResult:
         base = self.base.step(ctx)
-        masked = ctx.masked & ctx.in_block  # [B, S]
+        masked = masked_in_block(ctx)  # [B, S]
         if self.answer_start is None:
             region = masked  # [B, S]
         else:
-            if ctx.positions is None:
-                raise ValueError(
-                    "Prophet(answer_start=...) needs StepContext.positions; the decoding loop sets it."
-                )
             offset = ctx.positions - self.answer_start  # [B, S]
             region = (ctx.masked | ctx.editable) & (offset >= 0) & (offset < self.answer_length)  # [B, S]
         gap = torch.where(region, logit_gap(ctx), torch.zeros_like(ctx.cand_probs))  # [B, S]

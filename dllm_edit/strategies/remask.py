@@ -42,13 +42,16 @@ When two strategies write the same position, the later one in the list wins: put
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import cast
 
 import torch
 
-from .base import StepContext, StepResult, Strategy, threshold_field
+from dllm_edit.kernels import StatName
+
+from . import fields
+from .base import StepContext, StepResult, Strategy
+from .needs import Needs
 from .schedules import Schedule
-from .unmask import rank_descending
+from .selection import at_step, masked_ranks
 
 REMASK_SCORES = ("candidate", "current")
 
@@ -83,51 +86,33 @@ class LowConfidenceRemask(Strategy):
     max_per_step: int = 1
     score: str = "candidate"
 
-    remasks = True
-
     def __post_init__(self) -> None:
-        if self.score not in REMASK_SCORES:
-            raise ValueError(
-                f"`score` of LowConfidenceRemask must be one of {list(REMASK_SCORES)}, got {self.score!r}: "
-                "'candidate' ranks by the candidate's probability, 'current' by the written token's."
-            )
-        object.__setattr__(self, "threshold", threshold_field("remask_threshold", self.threshold))
+        fields.choice(
+            "LowConfidenceRemask",
+            "score",
+            self.score,
+            REMASK_SCORES,
+            "'candidate' ranks by the candidate's probability, 'current' by the written token's",
+        )
+        object.__setattr__(self, "threshold", fields.threshold_field("remask_threshold", self.threshold))
         for name in ("max_steps", "max_per_step"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(
-                    f"`{name}` of LowConfidenceRemask must be an int >= 1, got {value!r}: it bounds the "
-                    "remasks per block (e.g. max_steps=8, max_per_step=1)."
-                )
+            fields.positive_int(
+                "LowConfidenceRemask",
+                name,
+                getattr(self, name),
+                "it bounds the remasks per block, e.g. max_steps=8",
+            )
 
-    @property
-    def needs_current_probs(self) -> bool:
-        return self.score == "current"
-
-    @property
-    def extra_forwards_per_block(self) -> int:
-        """Forwards a block may spend beyond `block_length + max_post_steps` (the guard's bound)."""
-        return self.max_steps
+    def requires(self) -> Needs:
+        """Re-masking, the current token's probability with `score="current"`, and `max_steps`
+        forwards a block may spend beyond `block_length + max_post_steps` (the guard's bound)."""
+        stats: tuple[StatName, ...] = ("current_prob",) if self.score == "current" else ()
+        return Needs(stats=stats, remasks=True, extra_forwards=self.max_steps)
 
     def step(self, ctx: StepContext) -> StepResult:
-        if ctx.mask_token_id is None:
-            raise ValueError(
-                "LowConfidenceRemask writes the mask token, but the StepContext has no `mask_token_id`; "
-                "the decoding loop always passes it: build hand-made contexts with mask_token_id=..."
-            )
-        probs = ctx.cand_probs  # [B, S]
-        if self.score == "current":
-            if ctx.current_probs is None:
-                raise ValueError(
-                    "LowConfidenceRemask(score='current') reads StepContext.current_probs, which is None; "
-                    "the decoding loop sets it for strategies with needs_current_probs: build hand-made "
-                    "contexts with current_probs=..."
-                )
-            probs = ctx.current_probs  # [B, S]
-        tau = cast(Schedule, self.threshold)(ctx.step, ctx.block_index)  # [B]
-        unsure = ctx.editable & ctx.in_block & (probs < tau[:, None])  # [B, S]
+        probs = ctx.stat("current_prob") if self.score == "current" else ctx.cand_probs  # [B, S]
+        unsure = ctx.editable & ctx.in_block & (probs < at_step(self.threshold, ctx)[:, None])  # [B, S]
         unsure = unsure & (ctx.step < self.max_steps)[:, None]  # [B, S] the loop guard
-        scores = torch.where(unsure, -probs, torch.full_like(probs, -float("inf")))  # [B, S]
-        remask = unsure & (rank_descending(scores) < self.max_per_step)  # [B, S] least confident first
-        tokens = ctx.tokens.masked_fill(remask, ctx.mask_token_id)  # [B, S]
+        remask = unsure & (masked_ranks(-probs, unsure) < self.max_per_step)  # [B, S] least confident first
+        tokens = ctx.tokens.masked_fill(remask, ctx.mask_id)  # [B, S]
         return StepResult(commit=torch.zeros_like(remask), edit=remask, tokens=tokens)

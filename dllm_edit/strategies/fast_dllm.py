@@ -9,13 +9,13 @@ unspecified.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import cast
 
 import torch
 
-from .base import StepContext, StepResult, Strategy, threshold_field
+from . import fields
+from .base import StepContext, StepResult, Strategy
 from .schedules import Schedule
-from .unmask import rank_descending
+from .selection import at_step, masked_in_block, masked_ranks
 
 
 def confidence_ranks(ctx: StepContext) -> tuple[torch.Tensor, torch.Tensor]:
@@ -25,9 +25,8 @@ def confidence_ranks(ctx: StepContext) -> tuple[torch.Tensor, torch.Tensor]:
         `(masked [B, S] bool, rank [B, S] long)`: rank 0 is the most confident masked slot (ties to
         the lower slot); unmasked slots rank after every masked one.
     """
-    masked = ctx.masked & ctx.in_block  # [B, S]
-    scores = torch.where(masked, ctx.cand_probs, torch.full_like(ctx.cand_probs, -float("inf")))  # [B, S]
-    return masked, rank_descending(scores)  # [B, S], [B, S]
+    masked = masked_in_block(ctx)  # [B, S]
+    return masked, masked_ranks(ctx.cand_probs, masked)  # [B, S], [B, S]
 
 
 @dataclass(frozen=True)
@@ -67,14 +66,13 @@ class FastDLLMThreshold(Strategy):
     sweep = ("threshold", (0.95, 0.9, 0.8, 0.7, 0.5))
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "threshold", threshold_field("threshold", self.threshold))
+        object.__setattr__(self, "threshold", fields.threshold_field("threshold", self.threshold))
 
     def step(self, ctx: StepContext) -> StepResult:
-        tau = cast(Schedule, self.threshold)(ctx.step, ctx.block_index)  # [B]
+        tau = at_step(self.threshold, ctx)  # [B]
         masked, rank = confidence_ranks(ctx)  # [B, S], [B, S]
         confident = masked & (ctx.cand_probs >= tau[:, None])  # [B, S]
-        commit = confident | (masked & (rank == 0))  # [B, S]
-        return StepResult(commit=commit, edit=torch.zeros_like(commit), tokens=ctx.cand_tokens)
+        return StepResult.unmasking(ctx, confident | (masked & (rank == 0)))
 
 
 @dataclass(frozen=True)
@@ -120,18 +118,16 @@ class FastDLLMFactor(Strategy):
     sweep = ("factor", (0.25, 0.5, 1.0, 2.0, 4.0))
 
     def __post_init__(self) -> None:
-        f = self.factor
-        if isinstance(f, bool) or not isinstance(f, (int, float)):
-            raise TypeError(
-                f"`factor` must be a float > 0 (Fast-dLLM's f, e.g. 1.0), got {type(f).__name__} {f!r}."
-            )
-        if not (f > 0) or f == float("inf"):
-            raise ValueError(
-                f"`factor` must be a finite float > 0 (Fast-dLLM's f; 1.0 is the paper's default), got {f!r}."
-            )
-        object.__setattr__(self, "factor", float(f))
-        if not isinstance(self.nvlabs_last_rank, bool):
-            raise TypeError(f"`nvlabs_last_rank` must be a bool, got {self.nvlabs_last_rank!r}.")
+        factor = fields.real(
+            "FastDLLMFactor",
+            "factor",
+            self.factor,
+            minimum=0.0,
+            strict_minimum=True,
+            hint="Fast-dLLM's f; 1.0 is the paper's default",
+        )
+        object.__setattr__(self, "factor", factor)
+        fields.flag("FastDLLMFactor", "nvlabs_last_rank", self.nvlabs_last_rank)
 
     def step(self, ctx: StepContext) -> StepResult:
         masked, rank = confidence_ranks(ctx)  # [B, S], [B, S]
@@ -143,5 +139,4 @@ class FastDLLMFactor(Strategy):
         if self.nvlabs_last_rank:
             m = masked.sum(-1)  # [B]
             k = torch.where(k == m - 1, m, k)  # [B]
-        commit = masked & (rank < k[:, None])  # [B, S]
-        return StepResult(commit=commit, edit=torch.zeros_like(commit), tokens=ctx.cand_tokens)
+        return StepResult.unmasking(ctx, masked & (rank < k[:, None]))  # [B, S]

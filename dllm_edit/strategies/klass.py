@@ -11,28 +11,19 @@ quota. The KL values come from the candidate pass (`needs_stats` holds `"kl"`); 
 
 from __future__ import annotations
 
-import difflib
 import math
 from dataclasses import dataclass
-from typing import Any, cast
 
 import torch
 
-from .base import StepContext, StepResult, Strategy, threshold_field
+from . import fields
+from .base import StepContext, StepResult, Strategy
+from .needs import Needs
 from .schedules import Schedule
-from .unmask import masked_count_quota, rank_descending
+from .selection import at_step, llada_quota, masked_in_block, masked_ranks, top_k_masked
 
 #: How KLASS picks among the ready slots (the official code's `unmask_strategy`).
 KLASS_UNMASK_STRATEGIES = ("all", "max_conf", "min_kl", "random")
-
-
-def _int_field(name: str, value: Any, minimum: int, hint: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(
-            f"`{name}` of KLASS must be an int >= {minimum} ({hint}), got {type(value).__name__} {value!r}."
-        )
-    if value < minimum:
-        raise ValueError(f"`{name}` of KLASS must be >= {minimum} ({hint}), got {value}.")
 
 
 def stable_history(history: torch.Tensor | None, kl: torch.Tensor, length: int) -> torch.Tensor:
@@ -111,64 +102,40 @@ class KLASS(Strategy):
     sweep = ("conf_threshold", (0.9, 0.8, 0.7, 0.6, 0.5))
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "conf_threshold", threshold_field("conf_threshold", self.conf_threshold))
-        kappa = self.kl_threshold
-        if isinstance(kappa, bool) or not isinstance(kappa, (int, float)):
-            raise TypeError(
-                f"`kl_threshold` of KLASS must be a float > 0 (κ, e.g. 0.015), "
-                f"got {type(kappa).__name__} {kappa!r}."
-            )
-        if not (0 < kappa < math.inf):
-            raise ValueError(
-                f"`kl_threshold` of KLASS must be a finite float > 0 (κ: stable means KL < κ; the paper "
-                f"uses 0.01-0.015), got {kappa!r}."
-            )
-        object.__setattr__(self, "kl_threshold", float(kappa))
-        _int_field("history_length", self.history_length, 1, "forwards a slot must stay KL-stable, e.g. 2")
-        if self.unmask_strategy not in KLASS_UNMASK_STRATEGIES:
-            close = difflib.get_close_matches(str(self.unmask_strategy), KLASS_UNMASK_STRATEGIES, n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
-            raise ValueError(
-                f"`unmask_strategy` of KLASS must be one of {list(KLASS_UNMASK_STRATEGIES)}, "
-                f"got {self.unmask_strategy!r}.{hint}"
-            )
-        if self.steps is not None:
-            _int_field(
-                "steps", self.steps, 1, "forwards per block of the fallback quota, or None for 1 per step"
-            )
+        object.__setattr__(
+            self, "conf_threshold", fields.threshold_field("conf_threshold", self.conf_threshold)
+        )
+        kappa = fields.real(
+            "KLASS",
+            "kl_threshold",
+            self.kl_threshold,
+            minimum=0.0,
+            strict_minimum=True,
+            hint="κ: stable means KL < κ; the paper uses 0.01-0.015",
+        )
+        object.__setattr__(self, "kl_threshold", kappa)
+        fields.positive_int(
+            "KLASS", "history_length", self.history_length, "forwards a slot must stay KL-stable, e.g. 2"
+        )
+        fields.choice("KLASS", "unmask_strategy", self.unmask_strategy, KLASS_UNMASK_STRATEGIES)
+        fields.optional_int(
+            "KLASS",
+            "steps",
+            self.steps,
+            1,
+            "forwards per block of the fallback quota, or None for 1 per step",
+        )
 
-    @property
-    def needs_stats(self) -> frozenset[str]:
-        return frozenset({"kl"})
-
-    def _fallback_quota(self, ctx: StepContext) -> torch.Tensor:
-        """LongTensor `[B]`: how many slots the fallback commits."""
-        if self.steps is None:
-            return torch.ones_like(ctx.step)  # [B]
-        if ctx.block_masked is None:
-            raise ValueError(
-                "KLASS(steps=...) needs `StepContext.block_masked` (the block's masks at its first step); "
-                "the decoding loop sets it: build hand-made contexts with block_masked=..."
-            )
-        step = ctx.step.clamp(max=self.steps - 1)  # [B]
-        return masked_count_quota(ctx.block_masked, step, self.steps).clamp_min(1)  # [B]
+    def requires(self) -> Needs:
+        return Needs(stats={"kl"})
 
     def step(self, ctx: StepContext) -> StepResult:
-        if ctx.kl_prev is None:
-            raise ValueError(
-                "KLASS reads StepContext.kl_prev (KL to the previous forward), which is None; the decoding "
-                "loop sets it for strategies whose needs_stats holds 'kl': build hand-made contexts with "
-                "kl_prev=..."
-            )
-        masked = ctx.masked & ctx.in_block  # [B, S]
+        masked = masked_in_block(ctx)  # [B, S]
         conf = ctx.cand_probs  # [B, S]
-        kl = ctx.kl_prev.to(torch.float32)  # [B, S]
+        kl = ctx.stat("kl").to(torch.float32)  # [B, S]
         history = stable_history(ctx.state.get("kl_history"), kl, self.history_length)  # [B, S, h]
         stable = (history < self.kl_threshold).all(-1)  # [B, S]
-        tau = cast(Schedule, self.conf_threshold)(ctx.step, ctx.block_index)  # [B]
-        ready = masked & stable & (conf > tau[:, None])  # [B, S]
-
-        neg = torch.full_like(conf, -math.inf)  # [B, S]
+        ready = masked & stable & (conf > at_step(self.conf_threshold, ctx)[:, None])  # [B, S]
         if self.unmask_strategy == "all":
             chosen = ready  # [B, S]
         else:
@@ -178,10 +145,8 @@ class KLASS(Strategy):
                 key = -kl  # [B, S]
             else:  # "random": a uniform draw, the largest wins
                 key = torch.rand(conf.shape, generator=ctx.generator, device=conf.device)  # [B, S]
-            chosen = ready & (rank_descending(torch.where(ready, key, neg)) == 0)  # [B, S]
-
-        quota = self._fallback_quota(ctx)  # [B]
-        top = masked & (rank_descending(torch.where(masked, conf, neg)) < quota[:, None])  # [B, S]
+            chosen = ready & (masked_ranks(key, ready) == 0)  # [B, S]
+        top = top_k_masked(conf, masked, llada_quota(ctx, self.steps))  # [B, S]
         commit = torch.where(ready.any(-1, keepdim=True), chosen, top)  # [B, S]
         return StepResult(
             commit=commit,

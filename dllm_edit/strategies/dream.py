@@ -8,13 +8,18 @@ from dataclasses import dataclass
 
 import torch
 
+from . import fields
 from .base import StepContext, StepResult, Strategy
-from .unmask import rank_descending
+from .needs import Needs
+from .selection import confidence, confidence_stats, masked_in_block, top_k_masked
 
 #: Dream's `alg` values: `origin` (each mask independently with probability 1 - s/t), and three
 #: confidence orders (`maskgit_plus`: top-1 probability, `topk_margin`: top-1 minus top-2,
 #: `entropy`: minus the entropy).
 DREAM_ALGS = ("origin", "maskgit_plus", "topk_margin", "entropy")
+
+#: Dream's confidence orders as the shared confidence kinds (`dllm_edit.strategies.selection`).
+DREAM_CONFIDENCE = {"maskgit_plus": "confidence", "topk_margin": "margin", "entropy": "entropy"}
 
 
 @functools.lru_cache(maxsize=16)
@@ -57,17 +62,7 @@ def dream_fraction(steps: int | torch.Tensor, step: torch.Tensor, eps: float, si
 
 def dream_confidence(ctx: StepContext, alg: str) -> torch.Tensor:
     """FloatTensor `[B, S]`: Dream's confidence for `alg` (larger is committed first)."""
-    if alg == "topk_margin":
-        if ctx.top_probs is None or ctx.second_probs is None:
-            raise ValueError(
-                "alg='topk_margin' needs StepContext.top_probs/second_probs (needs_stats 'second')."
-            )
-        return ctx.top_probs - ctx.second_probs  # [B, S]
-    if alg == "entropy":
-        if ctx.entropy is None:
-            raise ValueError("alg='entropy' needs StepContext.entropy (needs_stats 'entropy').")
-        return -ctx.entropy  # [B, S]
-    return ctx.cand_probs  # [B, S] maskgit_plus
+    return confidence(ctx, DREAM_CONFIDENCE[alg])  # [B, S]
 
 
 @dataclass(frozen=True)
@@ -128,69 +123,52 @@ class DreamUnmask(Strategy):
     sweep = ("steps", (None, 16, 8, 4))
 
     def __post_init__(self) -> None:
-        if self.alg not in DREAM_ALGS:
+        fields.choice("DreamUnmask", "alg", self.alg, DREAM_ALGS, "Dream's unmasking orders")
+        alg_temp = fields.optional_real(
+            "DreamUnmask",
+            "alg_temp",
+            self.alg_temp,
+            minimum=0.0,
+            hint="None or 0: deterministic; > 0: a sampled order",
+        )
+        object.__setattr__(self, "alg_temp", alg_temp)
+        if alg_temp and self.alg == "origin":
             raise ValueError(
-                f"`alg` must be one of {list(DREAM_ALGS)} (Dream's unmasking orders), got {self.alg!r}."
+                f"`alg_temp`={alg_temp} has no effect with alg='origin' (each mask is drawn independently); "
+                "use a confidence order (alg='maskgit_plus', 'topk_margin' or 'entropy') "
+                "or alg_temp=None."
             )
-        t = self.alg_temp
-        if t is not None:
-            if isinstance(t, bool) or not isinstance(t, (int, float)):
-                raise TypeError(f"`alg_temp` must be None or a float >= 0, got {type(t).__name__} {t!r}.")
-            if not (t >= 0) or t == float("inf"):
-                raise ValueError(
-                    f"`alg_temp` must be None, 0 (deterministic) or a finite float > 0 (sampled order), "
-                    f"got {t!r}."
-                )
-            object.__setattr__(self, "alg_temp", float(t))
-            if t > 0 and self.alg == "origin":
-                raise ValueError(
-                    f"`alg_temp`={t} has no effect with alg='origin' (each mask is drawn independently); "
-                    "use a confidence order (alg='maskgit_plus', 'topk_margin' or 'entropy') "
-                    "or alg_temp=None."
-                )
-        if self.steps is not None and (
-            isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1
-        ):
-            raise ValueError(
-                f"`steps` must be None (one per mask) or an int >= 1 (forwards per block), "
-                f"got {self.steps!r}."
-            )
-        e = self.eps
-        if isinstance(e, bool) or not isinstance(e, (int, float)) or not (0 < e < 1):
-            raise ValueError(
-                f"`eps` must be a float in (0, 1) (Dream's final timestep, 1e-3 by default), got {e!r}."
-            )
-        object.__setattr__(self, "eps", float(e))
+        fields.optional_int(
+            "DreamUnmask", "steps", self.steps, 1, "None: one per mask; else forwards per block"
+        )
+        eps = fields.real(
+            "DreamUnmask",
+            "eps",
+            self.eps,
+            minimum=0.0,
+            maximum=1.0,
+            strict_minimum=True,
+            strict_maximum=True,
+            hint="Dream's final timestep, 1e-3 by default",
+        )
+        object.__setattr__(self, "eps", eps)
 
-    @property
-    def needs_stats(self) -> frozenset[str]:
-        return {"topk_margin": frozenset({"second"}), "entropy": frozenset({"entropy"})}.get(
-            self.alg, frozenset()
+    def requires(self) -> Needs:
+        """The statistics of the confidence order; a block takes exactly `steps` forwards, possibly
+        more than its masks, and the schedule can fill no mask at a step (e.g. the first of
+        `steps = masks`: floor(n (1 - eps) / n) = 0); the drawn orders (`origin`, `alg_temp > 0`)
+        draw over the batch's `[B, S]`."""
+        stats = confidence_stats(DREAM_CONFIDENCE[self.alg]) if self.alg != "origin" else frozenset()
+        return Needs(
+            stats=stats,
+            extra_forwards=self.steps or 0,
+            progress_every_step=False,
+            batch_independent=self.alg != "origin" and not self.alg_temp,
         )
 
-    @property
-    def extra_forwards_per_block(self) -> int:
-        """A block takes exactly `steps` forwards, possibly more than its masks."""
-        return self.steps or 0
-
-    @property
-    def progress_every_step(self) -> bool:
-        """False: the schedule can fill no mask at a step (e.g. the first of `steps = masks`: floor(n *
-        (1 - eps) / n) = 0); the block still ends after `steps` forwards."""
-        return False
-
-    @property
-    def batch_independent(self) -> bool:
-        """False for the drawn orders (`origin`, `alg_temp > 0`): the draws cover the batch's `[B, S]`."""
-        return self.alg != "origin" and not self.alg_temp
-
     def step(self, ctx: StepContext) -> StepResult:
-        masked = ctx.masked & ctx.in_block  # [B, S]
+        masked = masked_in_block(ctx)  # [B, S]
         if self.steps is None:
-            if ctx.block_masked is None:
-                raise ValueError(
-                    "DreamUnmask(steps=None) needs StepContext.block_masked; the decoding loop sets it."
-                )
             width = ctx.masked.shape[-1]
             steps: int | torch.Tensor = ctx.block_masked.clamp(1, width)  # [B]
             last = ctx.step >= ctx.block_masked - 1  # [B]
@@ -200,8 +178,7 @@ class DreamUnmask(Strategy):
         frac = dream_fraction(steps, ctx.step, self.eps, width)  # [B]
         if self.alg == "origin":
             u = torch.rand(masked.shape, generator=ctx.generator, device=masked.device)  # [B, S]
-            commit = masked & ((u < frac[:, None]) | last[:, None])  # [B, S]
-            return StepResult(commit=commit, edit=torch.zeros_like(commit), tokens=ctx.cand_tokens)
+            return StepResult.unmasking(ctx, masked & ((u < frac[:, None]) | last[:, None]))  # [B, S]
         m = masked.sum(-1)  # [B]
         k = torch.where(last, m, (m.to(torch.float32) * frac).floor().long())  # [B]
         conf = dream_confidence(ctx, self.alg)  # [B, S]
@@ -211,6 +188,5 @@ class DreamUnmask(Strategy):
             e = torch.empty_like(p).exponential_(1, generator=ctx.generator)  # [B, S]
             scores = torch.where(masked, p / e, neg)  # [B, S]
         else:
-            scores = torch.where(masked, conf, neg)  # [B, S]
-        commit = masked & (rank_descending(scores) < k[:, None])  # [B, S]
-        return StepResult(commit=commit, edit=torch.zeros_like(commit), tokens=ctx.cand_tokens)
+            scores = conf  # [B, S]
+        return StepResult.unmasking(ctx, top_k_masked(scores, masked, k))

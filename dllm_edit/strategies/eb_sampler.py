@@ -6,30 +6,20 @@ from dataclasses import dataclass
 
 import torch
 
+from . import fields
 from .base import StepContext, StepResult, Strategy
-from .unmask import rank_descending
+from .needs import Needs
+from .selection import CONFIDENCE_KINDS, confidence, confidence_stats, masked_in_block, top_k_masked
 
-#: Error proxies EB-Sampler can order the masked positions by (the larger, the safer to commit).
-EB_PROXIES = ("confidence", "margin", "entropy")
+#: Error proxies EB-Sampler can order the masked positions by (the larger, the safer to commit):
+#: the confidence kinds of `dllm_edit.strategies.selection`.
+EB_PROXIES = CONFIDENCE_KINDS
 
 
 def proxy_scores(ctx: StepContext, proxy: str) -> torch.Tensor:
-    """FloatTensor `[B, S]`: the error proxy of each slot, larger meaning more certain.
-
-    `"confidence"`: the candidate's probability; `"margin"`: top-1 minus top-2 probability;
-    `"entropy"`: minus the entropy. Raises ValueError if the loop did not compute the statistic.
-    """
-    if proxy == "confidence":
-        return ctx.cand_probs
-    if proxy == "margin":
-        if ctx.top_probs is None or ctx.second_probs is None:
-            raise ValueError(
-                "proxy='margin' needs StepContext.top_probs/second_probs (needs_stats 'second')."
-            )
-        return ctx.top_probs - ctx.second_probs  # [B, S]
-    if ctx.entropy is None:
-        raise ValueError("proxy='entropy' needs StepContext.entropy (needs_stats 'entropy').")
-    return -ctx.entropy  # [B, S]
+    """FloatTensor `[B, S]`: the error proxy of each slot, larger meaning more certain
+    (`selection.confidence`: `"confidence"`, `"margin"` or `"entropy"`)."""
+    return confidence(ctx, proxy)  # [B, S]
 
 
 def entropy_bound_count(entropy_sorted: torch.Tensor, valid: torch.Tensor, gamma: float) -> torch.Tensor:
@@ -101,33 +91,20 @@ class EBSampler(Strategy):
     sweep = ("gamma", (1e-4, 1e-3, 1e-2, 1e-1, 1.0))
 
     def __post_init__(self) -> None:
-        g = self.gamma
-        if isinstance(g, bool) or not isinstance(g, (int, float)):
-            raise TypeError(
-                f"`gamma` must be a float >= 0 (EB-Sampler's entropy bound, e.g. 1e-3), got {g!r}."
-            )
-        if not (g >= 0) or g == float("inf"):
-            raise ValueError(
-                f"`gamma` must be a finite float >= 0 (EB-Sampler's bound; 1e-3 by default), got {g!r}."
-            )
-        object.__setattr__(self, "gamma", float(g))
-        if self.proxy not in EB_PROXIES:
-            raise ValueError(
-                f"`proxy` must be one of {list(EB_PROXIES)} (EB-Sampler's error proxy), got {self.proxy!r}."
-            )
+        gamma = fields.real(
+            "EBSampler", "gamma", self.gamma, minimum=0.0, hint="EB-Sampler's entropy bound, 1e-3 by default"
+        )
+        object.__setattr__(self, "gamma", gamma)
+        fields.choice("EBSampler", "proxy", self.proxy, EB_PROXIES, "EB-Sampler's error proxy")
 
-    @property
-    def needs_stats(self) -> frozenset[str]:
-        return frozenset({"entropy", "second"}) if self.proxy == "margin" else frozenset({"entropy"})
+    def requires(self) -> Needs:
+        return Needs(stats={"entropy", *confidence_stats(self.proxy)})
 
     def step(self, ctx: StepContext) -> StepResult:
-        if ctx.entropy is None:
-            raise ValueError("EBSampler needs StepContext.entropy (its needs_stats asks the loop for it).")
-        masked = ctx.masked & ctx.in_block  # [B, S]
-        proxy = proxy_scores(ctx, self.proxy)  # [B, S]
+        masked = masked_in_block(ctx)  # [B, S]
+        proxy = confidence(ctx, self.proxy)  # [B, S]
         scores = torch.where(masked, proxy, torch.full_like(proxy, -float("inf")))  # [B, S]
         order = torch.argsort(scores, dim=-1, descending=True, stable=True)  # [B, S] ties: lower slot first
         valid = masked.gather(-1, order)  # [B, S] a prefix of each row
-        k = entropy_bound_count(ctx.entropy.gather(-1, order), valid, self.gamma)  # [B]
-        commit = masked & (rank_descending(scores) < k[:, None])  # [B, S]
-        return StepResult(commit=commit, edit=torch.zeros_like(commit), tokens=ctx.cand_tokens)
+        k = entropy_bound_count(ctx.stat("entropy").gather(-1, order), valid, self.gamma)  # [B]
+        return StepResult.unmasking(ctx, top_k_masked(proxy, masked, k))

@@ -7,8 +7,10 @@ from dataclasses import dataclass
 
 import torch
 
+from . import fields
 from .base import StepContext, StepResult, Strategy
-from .unmask import masked_count_quota, rank_descending
+from .needs import Needs
+from .selection import llada_quota, masked_in_block, top_k_masked
 
 
 @dataclass(frozen=True)
@@ -49,33 +51,16 @@ class LLaDARandom(Strategy):
     sweep = ("steps", (None, 16, 8, 4))
 
     def __post_init__(self) -> None:
-        if self.steps is not None and (
-            isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1
-        ):
-            raise ValueError(
-                f"`steps` must be None (one token per step) or an int >= 1 (forwards per block), "
-                f"got {self.steps!r}."
-            )
+        fields.optional_int(
+            "LLaDARandom", "steps", self.steps, 1, "None: one token per step; else forwards per block"
+        )
 
-    @property
-    def batch_independent(self) -> bool:
-        """False: one generator draws the whole batch's `[B, S]` scores, so a row's draws depend on
-        the rows before it (the distribution of its positions does not)."""
-        return False
+    def requires(self) -> Needs:
+        """Not batch-independent: one generator draws the whole batch's `[B, S]` scores, so a row's
+        draws depend on the rows before it (the distribution of its positions does not)."""
+        return Needs(batch_independent=False)
 
     def step(self, ctx: StepContext) -> StepResult:
-        masked = ctx.masked & ctx.in_block  # [B, S]
-        if self.steps is None:
-            quota = torch.ones_like(ctx.step)  # [B]
-        else:
-            if ctx.block_masked is None:
-                raise ValueError(
-                    "LLaDARandom(steps=...) needs StepContext.block_masked; the decoding loop sets it."
-                )
-            quota = masked_count_quota(
-                ctx.block_masked, ctx.step.clamp(max=self.steps - 1), self.steps
-            )  # [B]
+        masked = masked_in_block(ctx)  # [B, S]
         u = torch.rand(masked.shape, generator=ctx.generator, device=masked.device)  # [B, S]
-        scores = torch.where(masked, u, torch.full_like(u, -float("inf")))  # [B, S]
-        commit = masked & (rank_descending(scores) < quota[:, None])  # [B, S]
-        return StepResult(commit=commit, edit=torch.zeros_like(commit), tokens=ctx.cand_tokens)
+        return StepResult.unmasking(ctx, top_k_masked(u, masked, llada_quota(ctx, self.steps, minimum=0)))

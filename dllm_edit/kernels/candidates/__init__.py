@@ -23,7 +23,7 @@ from .reference import (
     filter_top_k,
     filter_top_p,
 )
-from .stats import STAT_NAMES, CandidateStats
+from .stats import STAT_ALIASES, STAT_NAMES, CandidateStats, StatName, resolve_stats
 
 
 def _check(
@@ -183,8 +183,9 @@ def candidate_stats(
 
     Args:
         logits: `[..., V]` logits.
-        stats: a subset of `STAT_NAMES`: `"current"` (needs `current`), `"second"` (top-1 and top-2
-            probabilities), `"entropy"`, `"kl"` (against `prev`; keeps this step's logits).
+        stats: a subset of `STAT_NAMES`: `"current_prob"` (needs `current`), `"top_prob"` /
+            `"second_prob"` (computed together), `"entropy"`, `"kl"` (against `prev`; keeps this
+            step's logits). The names of `STAT_ALIASES` are accepted too.
         current: LongTensor `[...]`, the token at each position.
         prev: the previous result's `(kept_logits, kept_lse)` for `"kl"` (None: KL is `+inf`).
         temperature: as in `candidates`.
@@ -199,11 +200,12 @@ def candidate_stats(
 
     Examples:
         >>> import torch
-        >>> out = candidate_stats(torch.tensor([[0.0, 2.0, 1.0]]), {"second", "entropy"})
+        >>> out = candidate_stats(torch.tensor([[0.0, 2.0, 1.0]]), {"second_prob", "entropy"})
         >>> round(out.prob.item() - out.second_prob.item(), 4), round(out.entropy.item(), 4)
         (0.4205, 0.8324)
     """
-    _check("candidate_stats", logits, temperature, current if "current" in stats else None)
+    stats = resolve_stats("candidate_stats", stats)
+    _check("candidate_stats", logits, temperature, current if "current_prob" in stats else None)
     if _fused("candidate_stats", logits, top_k, top_p, backend):
         from .triton import candidate_stats_triton
 
@@ -222,8 +224,10 @@ def candidate_stats(
 
 
 __all__ = [
+    "STAT_ALIASES",
     "STAT_NAMES",
     "CandidateStats",
+    "StatName",
     "candidate_stats",
     "candidate_stats_reference",
     "candidates",
@@ -232,4 +236,5 @@ __all__ = [
     "edit_candidates_reference",
     "filter_top_k",
     "filter_top_p",
+    "resolve_stats",
 ]

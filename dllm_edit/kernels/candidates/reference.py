@@ -294,7 +294,7 @@ def candidate_stats_reference(
     Args:
         logits: `[..., V]` logits (any float dtype).
         stats: names of `STAT_NAMES` to compute.
-        current: LongTensor `[...]`, the token at each position (for `"current"`).
+        current: LongTensor `[...]`, the token at each position (for `"current_prob"`).
         prev: the previous call's `(kept_logits [..., V], kept_lse [...])`, for `"kl"`.
         temperature: as in `candidates_reference`.
         top_k: as in `candidates_reference`.
@@ -307,16 +307,16 @@ def candidate_stats_reference(
 
     Examples:
         >>> import torch
-        >>> out = candidate_stats_reference(torch.tensor([[0.0, 2.0, 1.0]]), {"second", "entropy"})
+        >>> out = candidate_stats_reference(torch.tensor([[0.0, 2.0, 1.0]]), {"second_prob", "entropy"})
         >>> out.token.tolist(), round(out.second_prob.item(), 4), round(out.entropy.item(), 4)
         ([1], 0.2447, 0.8324)
     """
-    check_stats("candidate_stats", stats, current)
+    stats = check_stats("candidate_stats", stats, current)
     lead, vocab = logits.shape[:-1], logits.shape[-1]
     n = logits.numel() // vocab if vocab else 0
     device = logits.device
     extra: dict[str, torch.Tensor] = {}
-    if "second" in stats:
+    if "top_prob" in stats:  # with "second_prob" (resolve_stats asks for both)
         extra["top_prob"] = torch.empty(n, dtype=torch.float32, device=device)
         extra["second_prob"] = torch.empty(n, dtype=torch.float32, device=device)
     if "entropy" in stats:
@@ -336,7 +336,7 @@ def candidate_stats_reference(
         top_p,
         generator,
         suppress_ids,
-        current.long() if "current" in stats and current is not None else None,
+        current.long() if "current_prob" in stats and current is not None else None,
         extra,
         flat_prev,
     )

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import cast
 
 import torch
 
-from .base import StepContext, StepResult, Strategy, threshold_field
+from . import fields
+from .base import StepContext, StepResult, Strategy
 from .schedules import Schedule
+from .selection import at_step
 
 
 def select_edits(ctx: StepContext, region: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
@@ -56,9 +57,8 @@ class TokenEdit(Strategy):
     threshold: float | Schedule = 0.5
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "threshold", threshold_field("editing_threshold", self.threshold))
+        object.__setattr__(self, "threshold", fields.threshold_field("editing_threshold", self.threshold))
 
     def step(self, ctx: StepContext) -> StepResult:
-        tau = cast(Schedule, self.threshold)(ctx.step, ctx.block_index)  # [B]; a Schedule by now
-        edit = select_edits(ctx, ctx.in_block, tau)  # [B, S]
+        edit = select_edits(ctx, ctx.in_block, at_step(self.threshold, ctx))  # [B, S]
         return StepResult(commit=torch.zeros_like(edit), edit=edit, tokens=ctx.cand_tokens)

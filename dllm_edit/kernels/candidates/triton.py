@@ -244,7 +244,7 @@ def candidates_triton(
         >>> tok.tolist(), round(p.item(), 4), round(cur.item(), 4)
         ([1], 0.6652, 0.2447)
     """
-    stats = frozenset({"current"}) if current is not None else frozenset()
+    stats = frozenset({"current_prob"}) if current is not None else frozenset()
     out = candidate_stats_triton(logits, stats, current, None, temperature, generator, suppress_ids, block)
     return out.token, out.prob, out.current_prob
 
@@ -267,7 +267,7 @@ def candidate_stats_triton(
     Args:
         logits: `[..., V]` logits on CUDA (or on the CPU under `TRITON_INTERPRET=1`).
         stats: names of `STAT_NAMES`.
-        current: LongTensor `[...]`, for `"current"`.
+        current: LongTensor `[...]`, for `"current_prob"`.
         prev: the previous call's `(kept_logits, kept_lse)`, for `"kl"` (None: KL is `+inf`).
         temperature: as in `candidates_triton`.
         generator: as in `candidates_triton`.
@@ -280,11 +280,11 @@ def candidate_stats_triton(
     Examples:
         >>> import torch
         >>> device = "cuda" if torch.cuda.is_available() else "cpu"  # the CPU needs TRITON_INTERPRET=1
-        >>> out = candidate_stats_triton(torch.tensor([[0.0, 2.0, 1.0]], device=device), {"second"})
+        >>> out = candidate_stats_triton(torch.tensor([[0.0, 2.0, 1.0]], device=device), {"second_prob"})
         >>> round(out.top_prob.item(), 4), round(out.second_prob.item(), 4)
         (0.6652, 0.2447)
     """
-    check_stats("candidate_stats", stats, current)
+    stats = check_stats("candidate_stats", stats, current)
     lead = logits.shape[:-1]
     vocab = logits.shape[-1]
     device = logits.device
@@ -295,8 +295,8 @@ def candidate_stats_triton(
 
     token = torch.empty(lead, dtype=torch.long, device=device)
     prob = new()
-    has_cur = "current" in stats
-    second, keep = "second" in stats, "kl" in stats
+    has_cur = "current_prob" in stats
+    second, keep = "top_prob" in stats, "kl" in stats
     kl = keep and prev is not None
     out: dict[str, torch.Tensor] = {"current_prob": new()} if has_cur else {}
     if second:
