@@ -32,7 +32,7 @@ from dllm_edit.hf import (
 from dllm_edit.output import EditGenerationOutput, StepRecord
 from dllm_edit.shipped import DEFAULT_MODEL_DIR, load_default
 from dllm_edit.strategies import register_strategy
-from dllm_edit.streaming import TerminalEditStreamer
+from dllm_edit.terminal_streamer import TerminalEditStreamer
 
 __version__ = "0.1.0.dev0"
 

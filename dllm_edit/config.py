@@ -9,54 +9,20 @@ from typing import Any
 
 from transformers import GenerationConfig
 
-from dllm_edit.config_fields import METADATA, REFUSED, describe_refused, is_off, refused_fields_set
-from dllm_edit.layout import BLOCK_STARTS
-from dllm_edit.strategies import (
-    MultiBlockEdit,
-    QuotaUnmask,
-    Schedule,
-    Strategy,
-    ThresholdUnmask,
-    TokenEdit,
-    as_schedule,
-    get_strategy,
-    strategy_from_dict,
+from dllm_edit.config_fields import describe_refused, is_off, refused_fields_set
+from dllm_edit.config_reconcile import (
+    SAMPLING_FILTERS,
+    is_number,
+    plain_config_updates,
+    reconcile_sampling,
+    refuse_unknown_keys,
 )
-
-MODES: dict[str, dict[str, Any]] = {
-    "speedy": {
-        "threshold": 0.5,
-        "editing_threshold": 0.0,
-        "max_post_steps": 16,
-        "block_length": 32,
-        "temperature": 0.0,
-    },
-    "quality": {
-        "threshold": 0.7,
-        "editing_threshold": 0.5,
-        "max_post_steps": 16,
-        "block_length": 32,
-        "temperature": 0.0,
-    },
-    "llada": {
-        "block_start": "prompt_end",
-        "block_length": 32,
-        "steps": 32,
-        "threshold": 1.0,
-        "editing_threshold": None,
-        "max_post_steps": 0,
-        "num_to_transfer": 1,
-        "eos_early_stop": False,
-        "suppress_mask_token": False,
-        "temperature": 0.0,
-    },
-}
-"""Decoding presets, by name; see `EditGenerationConfig.from_mode`.
-
-`speedy` is LLaDA2.1's S Mode and `quality` its Q Mode (model card and SGLang JointThreshold
-defaults). `llada` is LLaDA-1's `generate` (fixed steps, semi-autoregressive blocks from the end of
-the prompt, low-confidence remasking, no editing), for bidirectional models.
-"""
+from dllm_edit.layout import BLOCK_STARTS
+from dllm_edit.modes import MODES, fit_mode_to_adapter
+from dllm_edit.sglang import export_sglang
+from dllm_edit.strategies import Schedule, Strategy, as_schedule, strategy_from_dict
+from dllm_edit.strategies import fields as checks
+from dllm_edit.strategy_factory import build_strategies, load_unmasking
 
 # Our fields and their defaults (the defaults are the Quality preset).
 _DEFAULTS: dict[str, Any] = {
@@ -81,15 +47,6 @@ _DEFAULTS: dict[str, Any] = {
     "compile": False,
 }
 _SAMPLING_ONLY = ("temperature", "top_k", "top_p")
-# Filters of the sampling distribution, with the value that means "off" (transformers' conventions).
-SAMPLING_FILTERS: dict[str, Any] = {
-    "top_k": 0,
-    "top_p": 1.0,
-    "min_p": 0.0,
-    "typical_p": 1.0,
-    "epsilon_cutoff": 0.0,
-    "eta_cutoff": 0.0,
-}
 # Inherited fields whose transformers 4.57 default is a real setting: our config starts them at None
 # so both transformers lines build (and save) the same config.
 _INHERITED_NONE = ("top_k", "top_p", "use_cache", "return_dict_in_generate")
@@ -204,12 +161,12 @@ class EditGenerationConfig(GenerationConfig):
     compile: bool
 
     def __init__(self, **kwargs: Any) -> None:
-        _refuse_unknown_keys(kwargs, self.valid_fields())
+        refuse_unknown_keys(kwargs, self.valid_fields())
         ours = {key: kwargs.pop(key, default) for key, default in _DEFAULTS.items()}
         kwargs.setdefault("max_new_tokens", 256)
         for key in _INHERITED_NONE:
             kwargs.setdefault(key, None)
-        _reconcile_sampling(kwargs)
+        reconcile_sampling(kwargs)
         given = set(kwargs)
         for key, value in ours.items():
             setattr(self, key, value)
@@ -220,14 +177,16 @@ class EditGenerationConfig(GenerationConfig):
             self.strategies = [
                 s if isinstance(s, Strategy) else strategy_from_dict(s) for s in self.strategies
             ]
-        self.unmasking = _load_unmasking(self.unmasking)
+        self.unmasking = load_unmasking(self.unmasking)
         super().__init__(**kwargs)
         self._refuse_greedy_filters(given)
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def from_mode(cls, mode: str, **fields: Any) -> EditGenerationConfig:
-        """A preset of `MODES`, with `fields` overriding it.
+    def from_mode(
+        cls, mode: str, *, model: Any = None, adapter: Any = None, **fields: Any
+    ) -> EditGenerationConfig:
+        """A preset of `MODES`, with `fields` overriding it, fitted to a model when one is given.
 
         * `"speedy"` / `"quality"`: the S and Q modes of LLaDA2.1 (block-causal models);
         * `"llada"`: LLaDA-1's `generate(..., remasking="low_confidence")` (bidirectional models):
@@ -238,6 +197,14 @@ class EditGenerationConfig(GenerationConfig):
           `block_length` alone sets `steps` to it (one token per step, the reference's default
           `steps == gen_length`).
 
+        Args:
+            mode: a key of `MODES`.
+            model: the model the config will decode; its adapter (detected, or `adapter`) fits the
+                preset (`dllm_edit.modes.fit_mode_to_adapter`: `"llada"` on a block-causal model runs
+                LLaDA-1's rule on its absolute blocks), as the CLI's `--mode` does.
+            adapter: the adapter name or object to fit to (default: detected from `model`).
+            **fields: fields overriding the preset.
+
         Raises:
             ValueError: unknown mode.
             TypeError: unknown field.
@@ -247,7 +214,15 @@ class EditGenerationConfig(GenerationConfig):
         cfg = cls(**MODES[mode])
         if cfg.steps is not None and "block_length" in fields and "steps" not in fields:
             fields = {**fields, "steps": fields["block_length"]}
-        return cfg.replace(**fields) if fields else cfg
+        cfg = cfg.replace(**fields) if fields else cfg
+        if model is None and adapter is None:
+            return cfg
+        from dllm_edit.adapters import resolve_adapter
+
+        cfg, note = fit_mode_to_adapter(cfg, resolve_adapter(model, adapter))
+        if note:
+            logger.info("from_mode(%r): %s", mode, note)
+        return cfg
 
     def replace(self, **fields: Any) -> EditGenerationConfig:
         """A validated copy with `fields` changed; the single path for overrides.
@@ -268,15 +243,15 @@ class EditGenerationConfig(GenerationConfig):
             setattr(new, key, value)
         if "temperature" in fields or "do_sample" in fields:
             sampling: dict[str, Any] = {k: fields[k] for k in ("temperature", "do_sample") if k in fields}
-            if "temperature" not in fields and fields["do_sample"] and _is_number(new.temperature):
+            if "temperature" not in fields and fields["do_sample"] and is_number(new.temperature):
                 sampling["temperature"] = new.temperature if new.temperature > 0 else None
-            _reconcile_sampling(sampling)
+            reconcile_sampling(sampling)
             new.temperature, new.do_sample = sampling["temperature"], sampling["do_sample"]
         for key in ("threshold", "editing_threshold", "multi_block_threshold"):
             setattr(new, key, _load_schedule(getattr(new, key)))
         if new.strategies is not None:
             new.strategies = [s if isinstance(s, Strategy) else strategy_from_dict(s) for s in new.strategies]
-        new.unmasking = _load_unmasking(new.unmasking)
+        new.unmasking = load_unmasking(new.unmasking)
         _refuse_unread_unmask_fields(new, fields)
         new.validate()
         new._refuse_greedy_filters(set(fields))
@@ -328,55 +303,7 @@ class EditGenerationConfig(GenerationConfig):
         if isinstance(config, EditGenerationConfig):
             return config
         base = base if base is not None else cls()
-        fields = {key: value for key, value in config.to_diff_dict().items() if key not in METADATA}
-        refused = {key: fields.pop(key) for key in list(fields) if key in REFUSED}
-        refused = {key: value for key, value in refused.items() if not is_off(key, value)}
-        if refused and strict:
-            raise ValueError(
-                "GenerationConfig field(s) with no meaning for diffusion decoding: "
-                f"{describe_refused(refused)}. Unset them, or pass an EditGenerationConfig (see "
-                "EditGenerationConfig.from_mode)."
-            )
-        if refused:
-            logger.warning(
-                "Ignoring the model's generation_config field(s) %s: they have no meaning for diffusion "
-                "decoding (see dllm_edit.config_fields).",
-                sorted(refused),
-            )
-        unknown = sorted(set(fields) - cls.valid_fields())
-        if unknown and strict:
-            raise TypeError(
-                f"Unknown generation option(s) {unknown} in the GenerationConfig: not fields of "
-                f"EditGenerationConfig. Closest valid names: {_close_matches(unknown, cls.valid_fields())}. "
-                "Fix or remove them; pass strict=False to drop them with a warning."
-            )
-        if unknown:
-            logger.warning(
-                "Ignoring unknown generation_config field(s) %s: not fields of EditGenerationConfig "
-                "(written by another tool?).",
-                unknown,
-            )
-        updates = {key: value for key, value in fields.items() if key in cls.valid_fields()}
-        updates.pop("do_sample", None)
-        if not strict and not set(fields) & set(_DEFAULTS):
-            # a model's own config not written by dllm_edit: its `use_cache` (True in nearly every
-            # model config) is transformers' left-to-right cache switch, not a choice of block cache
-            updates.pop("use_cache", None)
-        for key, off in SAMPLING_FILTERS.items():
-            if updates.get(key) == off:
-                updates[key] = None
-        if config.do_sample:
-            updates["temperature"] = float(config.temperature if config.temperature is not None else 1.0)
-        elif "do_sample" in fields or "temperature" in fields:
-            updates["temperature"] = 0.0  # transformers: not sampling means greedy
-        if not updates.get("temperature", base.temperature):
-            dropped = sorted(key for key in SAMPLING_FILTERS if updates.get(key) is not None)
-            if dropped:
-                logger.warning(
-                    "Greedy decoding (do_sample off): the sampling filter(s) %s do not apply.", dropped
-                )
-            for key in SAMPLING_FILTERS:
-                updates[key] = None
+        updates = plain_config_updates(config, base, cls.valid_fields(), set(_DEFAULTS), strict)
         return base.replace(**updates) if updates else base
 
     # ------------------------------------------------------------------ validation
@@ -481,7 +408,7 @@ class EditGenerationConfig(GenerationConfig):
 
     def _validate_sampling(self) -> None:
         temperature = self.temperature if self.temperature is not None else 0.0
-        if not _is_number(temperature) or temperature < 0:
+        if not is_number(temperature) or temperature < 0:
             raise ValueError(f"`temperature` must be a float >= 0 (0 = greedy), got {self.temperature!r}.")
         if self.do_sample is not None and bool(self.do_sample) != (temperature > 0):
             raise ValueError(
@@ -493,7 +420,7 @@ class EditGenerationConfig(GenerationConfig):
         if self.top_p is not None and not (0.0 < float(self.top_p) <= 1.0):
             raise ValueError(f"`top_p` must be in (0, 1], got {self.top_p!r}.")
         if self.repetition_penalty is not None and (
-            not _is_number(self.repetition_penalty) or self.repetition_penalty <= 0
+            not is_number(self.repetition_penalty) or self.repetition_penalty <= 0
         ):
             raise ValueError(
                 f"`repetition_penalty` must be a float > 0 (1.0 = off), got {self.repetition_penalty!r}."
@@ -544,38 +471,8 @@ class EditGenerationConfig(GenerationConfig):
 
     # ------------------------------------------------------------------ strategies
     def build_strategies(self, block_start: str | None = None) -> list[Strategy]:
-        """The strategy list this config describes (explicit `strategies` take precedence).
-
-        Args:
-            block_start: the block origin of the run (the adapter resolves `self.block_start`);
-                None reads `self.block_start`, and `"absolute"` when that is None too. It picks the
-                quota rule of the fixed-steps mode.
-        """
-        if self.strategies is not None:
-            return list(self.strategies)
-        origin = block_start or self.block_start or "absolute"
-        out: list[Strategy] = []
-        if self.unmasking is not None:
-            out.append(self.unmasking)
-        elif self.steps is None:
-            out.append(ThresholdUnmask(threshold=self.threshold, num_to_transfer=self.num_to_transfer))
-        else:
-            out.append(
-                QuotaUnmask(
-                    steps=self.steps,
-                    block_length=self.block_length,
-                    threshold=self.threshold,
-                    spread="masked_count" if origin == "prompt_end" else "block_length",
-                )
-            )
-        if self.editing_threshold is not None:
-            out.append(TokenEdit(threshold=self.editing_threshold))
-        if self.multi_block_edit:
-            mbe_threshold = self.multi_block_threshold
-            if mbe_threshold is None:
-                mbe_threshold = self.editing_threshold if self.editing_threshold is not None else 0.9
-            out.append(MultiBlockEdit(window=self.multi_block_window, threshold=mbe_threshold))
-        return out
+        """The strategy list this config describes (`dllm_edit.strategy_factory.build_strategies`)."""
+        return build_strategies(self, block_start)
 
     def steps_cap(self) -> int | None:
         """The hard cap on forwards per block (None: uncapped)."""
@@ -612,8 +509,6 @@ class EditGenerationConfig(GenerationConfig):
             >>> cfg.to_sglang().algorithm_config["edit_threshold"]  # editing off: p > 1 never holds
             1.0
         """
-        from dllm_edit.sglang import export_sglang
-
         return export_sglang(
             self, architecture=architecture, adapter=adapter, allow_approximate=allow_approximate
         )
@@ -651,61 +546,6 @@ class EditGenerationConfig(GenerationConfig):
         return out
 
 
-# transformers' bookkeeping keys, passed to the constructor by `from_dict` / `from_pretrained` on 4.57
-# and 5.x (`GenerationConfig.__init__` pops them); never generation options.
-_BOOKKEEPING = frozenset(
-    {"transformers_version", "_from_model_config", "_commit_hash", "_original_object_hash"}
-)
-
-
-def _close_matches(unknown: list[str], valid: set[str]) -> dict[str, list[str]]:
-    return {key: difflib.get_close_matches(key, sorted(valid), n=3) for key in unknown}
-
-
-def _refuse_unknown_keys(kwargs: dict[str, Any], valid: set[str]) -> None:
-    """Refuse constructor keys that are no field (a typo such as `treshold` would otherwise be kept as
-    an attribute, saved, and never read), in place.
-
-    transformers' bookkeeping keys pass. `from_model_config` (`_from_model_config=True`) hands over
-    every key of a model config (`hidden_size`, ...): those that are no generation field are dropped.
-
-    Raises:
-        TypeError: a key that is neither a field nor bookkeeping, with the closest valid names.
-    """
-    unknown = sorted(key for key in kwargs if key not in valid and key not in _BOOKKEEPING)
-    if not unknown:
-        return
-    if kwargs.get("_from_model_config"):
-        for key in unknown:
-            del kwargs[key]
-        return
-    raise TypeError(
-        f"Unknown generation option(s) {unknown}: not fields of EditGenerationConfig. Closest valid "
-        f"names: {_close_matches(unknown, valid)}. For a generation_config.json written by another tool, "
-        "load it with transformers.GenerationConfig.from_pretrained and pass it to "
-        "EditGenerationConfig.from_generation_config(config, strict=False), which drops unknown keys "
-        "with a warning."
-    )
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _reconcile_sampling(fields: dict[str, Any]) -> None:
-    """Fill whichever of `temperature` / `do_sample` is missing from the other, in place.
-
-    Temperature 0 is greedy (the reference decoder's convention); `do_sample=True` alone means
-    temperature 1.0 (transformers' default). A contradiction is left for `validate` to refuse.
-    """
-    temperature, do_sample = fields.get("temperature"), fields.get("do_sample")
-    if temperature is None:
-        temperature = 1.0 if do_sample else 0.0
-    if do_sample is None and _is_number(temperature):
-        do_sample = temperature > 0
-    fields["temperature"], fields["do_sample"] = temperature, do_sample
-
-
 def _load_schedule(value: Any) -> Any:
     """Keep floats as floats (readable configs), turn schedule dicts into Schedule objects."""
     if value is None or isinstance(value, Schedule):
@@ -730,15 +570,6 @@ def _refuse_unread_unmask_fields(config: EditGenerationConfig, fields: dict[str,
         )
 
 
-def _load_unmasking(value: Any) -> Any:
-    """A registered strategy's name or dict -> the Strategy (its defaults, or the dict's fields)."""
-    if isinstance(value, str):
-        return get_strategy(value)()
-    if isinstance(value, dict):
-        return strategy_from_dict(value)
-    return value
-
-
 def _check_block_start(value: Any) -> None:
     if value is None:
         return
@@ -758,7 +589,5 @@ def _check_block_start(value: Any) -> None:
 
 
 def _check_int(name: str, value: Any, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"`{name}` must be an int >= {minimum}, got {type(value).__name__} {value!r}.")
-    if value < minimum:
-        raise ValueError(f"`{name}` must be >= {minimum}, got {value}.")
+    """The shared int validator (`dllm_edit.strategies.fields.integer`), for a field of the config."""
+    checks.integer("", name, value, minimum)

@@ -352,7 +352,7 @@ def replay_to_streamer(document: dict[str, Any], streamer: Any) -> None:
 
     Examples:
         >>> import io
-        >>> from dllm_edit.streaming import TerminalEditStreamer
+        >>> from dllm_edit.terminal_streamer import TerminalEditStreamer
         >>> doc = {"tokens": {"1": "<|eos|>", "2": "<|mask|>", "5": "x", "6": "y"}, "special_ids": [1, 2],
         ...     "mask_token_id": 2, "prompt_ids": [5], "settings": {"max_new_tokens": 2},
         ...     "steps": [{"block": 0, "span": [0, 2], "committed": [{"position": 0, "token": 6}],

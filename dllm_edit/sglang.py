@@ -187,7 +187,7 @@ def config_from_sglang(algorithm_config: dict[str, Any], **fields: Any) -> Any:
         ...     "penalty_lambda": 0.0, "block_size": 32}).editing_threshold is None
         True
     """
-    from dllm_edit.config import EditGenerationConfig
+    from dllm_edit.config import EditGenerationConfig  # config imports this module: only here, lazily
 
     known = {"threshold", "edit_threshold", "max_post_edit_steps", "penalty_lambda", "block_size"}
     unknown = sorted(set(algorithm_config) - known)

@@ -253,22 +253,11 @@ class Session:
         them, most confident first) on those blocks. Bidirectional models keep LLaDA-1's blocks from
         the end of the prompt. A note on stderr says which."""
         from dllm_edit.adapters import resolve_adapter
-        from dllm_edit.strategies import QuotaUnmask
+        from dllm_edit.modes import fit_mode_to_adapter
 
-        adapter = resolve_adapter(self.model, None)
-        if config.block_start not in adapter.block_starts and config.steps is not None:
-            rule = QuotaUnmask(
-                steps=config.steps,
-                block_length=config.block_length,
-                threshold=config.threshold,
-                spread="masked_count",
-            )
-            print(
-                f"note: --mode llada on the {adapter.name!r} adapter (blocks at absolute positions only): "
-                "LLaDA-1's fixed-steps rule runs on those blocks",
-                file=sys.stderr,
-            )
-            return config.replace(block_start=None, steps=None, unmasking=rule)
+        config, note = fit_mode_to_adapter(config, resolve_adapter(self.model, None))  # as from_mode(model=)
+        if note:
+            print(f"note: --mode llada: {note}", file=sys.stderr)
         return config
 
     def run(self, config: Any, streamer: Any = None) -> dict[str, Any]:
@@ -471,7 +460,7 @@ def run_generate(argv: Sequence[str]) -> int:
     live = not args.json and not args.no_live and sys.stdout.isatty()
     streamer = None
     if live:
-        from dllm_edit.streaming import TerminalEditStreamer
+        from dllm_edit.terminal_streamer import TerminalEditStreamer
 
         streamer = TerminalEditStreamer(
             session.tokenizer, skip_prompt=True, prefix=args.prompt, step_delay=args.step_delay

@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(argv: Sequence[str]) -> int:
     from dllm_edit.replay import TraceTokenizer, load_trace, replay_to_streamer, write_html
-    from dllm_edit.streaming import TerminalEditStreamer
+    from dllm_edit.terminal_streamer import TerminalEditStreamer
 
     args = build_parser().parse_args(list(argv))
     check_step_delay(args.step_delay)
