@@ -52,7 +52,7 @@ class Needs:
         >>> b = Needs(stats={"top_prob"}, window=1)
         >>> merged = a | b
         >>> sorted(merged.stats), merged.window, merged.extra_forwards
-        (['entropy', 'second_prob', 'top_prob'], 1, 2)
+        (['entropy', 'logit_gap', 'second_prob', 'top_prob'], 1, 2)
     """
 
     stats: Collection[StatName] = frozenset()

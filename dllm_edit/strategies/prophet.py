@@ -32,9 +32,10 @@ def _base_strategy(value: Any) -> Strategy:
 
 
 def logit_gap(ctx: StepContext) -> torch.Tensor:
-    """FloatTensor `[B, S]`: `log p1 - log p2`, the top-1/top-2 logit gap of each slot's distribution
-    (+inf where the second probability underflows to 0)."""
-    return ctx.stat("top_prob").log() - ctx.stat("second_prob").log()  # [B, S]
+    """FloatTensor `[B, S]`: the top-1 minus top-2 logit of each slot's distribution, read off the
+    logits by the candidate pass (the statistic `"logit_gap"`), so it stays finite where
+    `log p1 - log p2` from float32 probabilities would be `+inf` (a gap past about 104)."""
+    return ctx.stat("logit_gap")  # [B, S]
 
 
 @dataclass(frozen=True)
@@ -42,8 +43,10 @@ class Prophet(Strategy):
     """Prophet early commit: when the mean top-1/top-2 logit gap `ḡ` over the watched slots reaches
     `θ(progress)`, commit every mask of the active block at once; otherwise run the `base` rule.
 
-    `ḡ = mean_{i ∈ R} (log p1_i - log p2_i)`: at temperature 0 the raw logit gap the reference
-    reads (at temperature T it is that gap / T). `R` is the answer region: the span's generated
+    `ḡ = mean_{i ∈ R} (x1_i - x2_i)`, the top-1 minus top-2 logit (the statistic `"logit_gap"`,
+    read off the logits, so it stays finite where `log p1 - log p2` from float32 probabilities
+    would overflow to `+inf` past a gap of about 104): at temperature 0 the raw logit gap the
+    reference reads (at temperature T it is that gap / T). `R` is the answer region: the span's generated
     slots at completion offsets `[answer_start, answer_start + answer_length)`, or, with
     `answer_start=None`, the active block's masked slots. `progress = (step + 1) / steps` and
     `θ = thresholds[0]` while `progress < phase_bounds[0]`, `thresholds[1]` while
@@ -80,7 +83,7 @@ class Prophet(Strategy):
         ...     tokens=torch.tensor([[9, 9, 9]]), masked=torch.ones(1, 3, dtype=torch.bool),
         ...     editable=torch.zeros(1, 3, dtype=torch.bool), in_block=torch.ones(3, dtype=torch.bool),
         ...     cand_tokens=torch.tensor([[1, 2, 3]]), cand_probs=torch.tensor([[0.9, 0.99, 0.8]]),
-        ...     top_probs=torch.tensor([[0.9, 0.99, 0.8]]), second_probs=torch.tensor([[0.01, 1e-4, 1e-3]]),
+        ...     logit_gap=torch.tensor([[0.9, 0.99, 0.8]]).log() - torch.tensor([[0.01, 1e-4, 1e-3]]).log(),
         ...     step=torch.tensor([0]), block_index=0, active=torch.tensor([True]))
         >>> # progress 1/10: early phase; mean gap (4.50 + 9.20 + 6.68) / 3 = 6.79 < 7.5: the base's top-1
         >>> Prophet(steps=10).step(ctx).commit.tolist()
@@ -115,8 +118,8 @@ class Prophet(Strategy):
         fields.positive_int("Prophet", "answer_length", self.answer_length, "slots watched")
 
     def requires(self) -> Needs:
-        """The top-1 / top-2 probabilities (the base's needs are merged in by `needs`)."""
-        return Needs(stats={"top_prob", "second_prob"})
+        """The top-1 / top-2 logit gap (the base's needs are merged in by `needs`)."""
+        return Needs(stats={"logit_gap"})
 
     def _horizon(self, ctx: StepContext) -> torch.Tensor:
         steps = self.steps if self.steps is not None else getattr(self.base, "steps", None)

@@ -75,8 +75,9 @@ def _candidates_chunk(
     `[n, V]` temporary per chunk).
 
     `extra` holds the chunk's slices of the optional outputs of `candidate_stats_reference`
-    (`top_prob`, `second_prob`, `entropy`, `kl`: `[n]`; `kept_logits`: `[n, V]`, `kept_lse`: `[n]`);
-    `prev` the previous step's kept `(logits [n, V], lse [n])` that `kl` compares against."""
+    (`top_prob`, `second_prob`, `logit_gap`, `entropy`, `kl`: `[n]`; `kept_logits`: `[n, V]`,
+    `kept_lse`: `[n]`); `prev` the previous step's kept `(logits [n, V], lse [n])` that `kl` compares
+    against."""
     token_out, prob_out, current_out = out
     x = work.copy_(logits)  # [n, V] float32 working copy; the caller's logits are never written
     if suppress_ids:
@@ -126,6 +127,11 @@ def _extra_stats(
         extra["top_prob"].copy_(top2[:, 0])
         second = top2[:, 1] if top2.shape[-1] > 1 else torch.zeros_like(top2[:, 0])  # [n]
         extra["second_prob"].copy_(torch.where(bad, nan, second))
+        top2_x = torch.topk(x, min(2, x.shape[-1]), dim=-1).values  # [n, 2] the same slots' logits
+        none = torch.full_like(top2_x[:, 0], -float("inf"))  # [n] a one-token vocabulary has no second
+        second_x = top2_x[:, 1] if top2_x.shape[-1] > 1 else none  # [n]
+        gap = torch.where(second_x == -float("inf"), float("inf"), top2_x[:, 0] - second_x)  # [n]
+        extra["logit_gap"].copy_(torch.where(bad, nan, gap))
     if not {"entropy", "kl", "kept_lse"} & set(extra):
         return
     lse = torch.logsumexp(x, dim=-1)  # [n]; -inf on an all -inf row
@@ -316,9 +322,10 @@ def candidate_stats_reference(
     n = logits.numel() // vocab if vocab else 0
     device = logits.device
     extra: dict[str, torch.Tensor] = {}
-    if "top_prob" in stats:  # with "second_prob" (resolve_stats asks for both)
+    if "top_prob" in stats:  # with "second_prob" and "logit_gap" (resolve_stats asks for all three)
         extra["top_prob"] = torch.empty(n, dtype=torch.float32, device=device)
         extra["second_prob"] = torch.empty(n, dtype=torch.float32, device=device)
+        extra["logit_gap"] = torch.empty(n, dtype=torch.float32, device=device)
     if "entropy" in stats:
         extra["entropy"] = torch.empty(n, dtype=torch.float32, device=device)
     flat_prev = None

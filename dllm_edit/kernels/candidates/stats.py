@@ -22,11 +22,16 @@ import torch
 
 #: The one name of each statistic `candidate_stats` can add, from the kernel to
 #: `StepContext.stat(name)` and `Needs(stats=...)`: the field of `CandidateStats` that holds it.
-#: `"top_prob"` and `"second_prob"` come from the same pass: asking for either computes both.
+#: `"top_prob"`, `"second_prob"` and `"logit_gap"` (the top-1 minus top-2 logit of the same
+#: distribution, exact where `log(top_prob / second_prob)` underflows) come from the same top-2
+#: values: asking for any computes all three.
 #: A new statistic is a new name here, a field of `CandidateStats` and its computation in
 #: `reference.py` / `triton.py`; the decoding loop hands every asked-for field to the strategies.
-StatName = Literal["current_prob", "top_prob", "second_prob", "entropy", "kl"]
+StatName = Literal["current_prob", "top_prob", "second_prob", "logit_gap", "entropy", "kl"]
 STAT_NAMES: tuple[StatName, ...] = get_args(StatName)
+
+#: The statistics read off the two largest values of each distribution (computed together).
+TOP_TWO: tuple[StatName, ...] = ("top_prob", "second_prob", "logit_gap")
 
 #: Names of earlier releases, still accepted wherever statistics are asked for.
 STAT_ALIASES: dict[str, tuple[StatName, ...]] = {
@@ -45,6 +50,9 @@ class CandidateStats(NamedTuple):
         current_prob: FloatTensor `[...]`, the probability of the given current token.
         top_prob: FloatTensor `[...]`, the largest probability.
         second_prob: FloatTensor `[...]`, the second largest probability (0 when V = 1).
+        logit_gap: FloatTensor `[...]`, the largest minus the second largest filtered,
+            temperature-scaled logit (`log(top_prob / second_prob)` without its underflow: finite
+            where `second_prob` is 0 in float32; `+inf` when only one token is left).
         entropy: FloatTensor `[...]`, `-sum_v p log p` in nats.
         kl: FloatTensor `[...]`, `KL(p || p_prev)` against the kept previous step (`+inf` without one).
         kept_logits: FloatTensor `[..., V]`, this step's filtered logits, to pass as `prev` next step.
@@ -56,6 +64,7 @@ class CandidateStats(NamedTuple):
     current_prob: torch.Tensor | None = None
     top_prob: torch.Tensor | None = None
     second_prob: torch.Tensor | None = None
+    logit_gap: torch.Tensor | None = None
     entropy: torch.Tensor | None = None
     kl: torch.Tensor | None = None
     kept_logits: torch.Tensor | None = None
@@ -93,7 +102,7 @@ def resolve_stats(op: str, stats: Iterable[str]) -> frozenset[StatName]:
 
     Examples:
         >>> sorted(resolve_stats("demo", {"second", "entropy"}))
-        ['entropy', 'second_prob', 'top_prob']
+        ['entropy', 'logit_gap', 'second_prob', 'top_prob']
     """
     if isinstance(stats, str):
         raise TypeError(f"{op}: `stats` must be a set of names, not the string {stats!r}")
@@ -110,8 +119,8 @@ def resolve_stats(op: str, stats: Iterable[str]) -> frozenset[StatName]:
         raise ValueError(
             f"{op}: unknown statistics {sorted(map(str, unknown))}; choose among {list(STAT_NAMES)}"
         )
-    if out & {"top_prob", "second_prob"}:  # one pass writes both
-        out.update(("top_prob", "second_prob"))
+    if out & set(TOP_TWO):  # one pass writes them all
+        out.update(TOP_TWO)
     return frozenset(out)
 
 

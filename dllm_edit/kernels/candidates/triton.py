@@ -53,6 +53,7 @@ def _candidates_kernel(
     cur_prob_ptr,
     top_ptr,
     second_ptr,
+    gap_ptr,
     ent_ptr,
     kl_ptr,
     prev_ptr,
@@ -153,6 +154,8 @@ def _candidates_kernel(
         tl.store(top_ptr + row, tl.where(bad, float("nan"), tl.exp(row_max - row_shift) / total))
         second = tl.where(second_x == neg_inf, 0.0, tl.exp(second_x - row_shift) / total)
         tl.store(second_ptr + row, tl.where(has_nan, float("nan"), second))
+        gap = tl.where(second_x == neg_inf, float("inf"), row_max - second_x)
+        tl.store(gap_ptr + row, tl.where(bad, float("nan"), gap))
     if ENTROPY:
         # sum_v p (x - M) over lanes, then H = log(total) - that
         moved_l = tl.where(m == neg_inf, 0.0, m - row_shift)
@@ -300,7 +303,7 @@ def candidate_stats_triton(
     kl = keep and prev is not None
     out: dict[str, torch.Tensor] = {"current_prob": new()} if has_cur else {}
     if second:
-        out["top_prob"], out["second_prob"] = new(), new()
+        out["top_prob"], out["second_prob"], out["logit_gap"] = new(), new(), new()
     if "entropy" in stats:
         out["entropy"] = new()
     if keep:
@@ -345,6 +348,7 @@ def candidate_stats_triton(
         out.get("current_prob", prob),
         out.get("top_prob", prob),
         out.get("second_prob", prob),
+        out.get("logit_gap", prob),
         out.get("entropy", prob),
         out.get("kl", prob),
         prev_x if kl else prob,
