@@ -8,7 +8,7 @@ forwards, and tokens/s (completion tokens of the whole batch per second). The sp
 measured in the same run. Outputs of (a) and (b) are compared token for token.
 
 `--vs-reference`: `dllm_edit.generate` (defaults: cache on) against the project's port of the
-LLaDA2.1 reference decoder (`tests/reference_decoder.py`: batch 1, no cache, the whole window re-run
+LLaDA2.1 reference decoder (`tests/helpers/reference_decoder.py`: batch 1, no cache, the whole window re-run
 at every forward) on a random block-causal MoE model (`Qwen3MoeForCausalLM`, a confident head), for
 the S and Q presets. The runs alternate in one process (reference, dllm_edit, dllm_edit batch B,
 ...), so a slow spell of a shared machine hits all of them; every run's tokens are compared with the
@@ -127,7 +127,7 @@ def spread(values: list[float]) -> str:
 
 def vs_reference(args: argparse.Namespace) -> bool:
     """Time generate against the reference decoder; return True when every run's tokens matched."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "helpers"))
     from reference_decoder import reference_generate_21
 
     model = build_moe(args.vocab, args.hidden, args.layers, args.seed)
@@ -314,7 +314,7 @@ def device_grid(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--vs-reference", action="store_true", help="time against tests/reference_decoder.py")
+    p.add_argument("--vs-reference", action="store_true", help="time vs tests/helpers/reference_decoder.py")
     p.add_argument("--tiny", action="store_true", help="seconds-long run for CI (with --vs-reference)")
     p.add_argument("--compile", action="store_true", help="EditGenerationConfig(compile=True)")
     p.add_argument(

@@ -137,7 +137,7 @@ def cpu_cases(
             x = logits()
             if naive:
                 return lambda: naive_stats(x)
-            return lambda: candidate_stats(x, {"second", "entropy"})
+            return lambda: candidate_stats(x, {"top_prob", "entropy"})
 
         return build
 
@@ -149,7 +149,7 @@ def cpu_cases(
                 return lambda: naive_stats(x, prev_logp)
             kept = candidate_stats(logits(), {"kl"})
             prev = (kept.kept_logits, kept.kept_lse)  # [N, V], [N]: the previous step's, kept
-            return lambda: candidate_stats(x, {"second", "kl"}, prev=prev)
+            return lambda: candidate_stats(x, {"top_prob", "kl"}, prev=prev)
 
         return build
 
