@@ -9,7 +9,7 @@ tokens per forward, one curve per algorithm.
 
 Examples:
     >>> [s.label for s in algorithm_settings(["threshold_unmask"], editing=("off", "S"))][::4]
-    ['ThresholdUnmask threshold=0.9', 'ThresholdUnmask threshold=0.9 + T2T S']
+    ['threshold_unmask threshold=0.9', 'threshold_unmask threshold=0.9 + T2T S']
 """
 
 from __future__ import annotations

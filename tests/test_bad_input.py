@@ -4,11 +4,10 @@ import re
 
 import pytest
 import torch
-from conftest import EOS, MASK
-from denoisers import BagDenoiser
 
 import dllm_edit
 from dllm_edit import EditGenerationConfig
+from tests.helpers import EOS, MASK, BagDenoiser
 
 IDS = dict(mask_token_id=MASK, eos_token_id=EOS)
 

@@ -180,8 +180,9 @@ def test_the_read_check_catches_a_field_nobody_reads():
 def test_shuffle_dataset_and_log_completions_change_a_training_run(tmp_path, capsys):
     """End to end through `train()`: the prompts reach the rollouts in dataset order only with
     shuffle_dataset=False, and log_completions prints the completions table."""
-    from conftest import tiny_llama, tiny_tokenizer
     from datasets import Dataset
+
+    from tests.helpers import tiny_llama, tiny_tokenizer
 
     def prompts_seen(**kw):
         trainer = EBPOTrainer(

@@ -7,13 +7,12 @@ They run on both CI legs (transformers 4.57 and 5.x).
 
 import pytest
 import torch
-from conftest import EOS, MASK, PAD, VOCAB
-from denoisers import BagDenoiser, ScriptedDenoiser, one_hot_table
 from transformers import GenerationConfig
 
 import dllm_edit
 from dllm_edit import EditGenerationConfig
 from dllm_edit.config_fields import HONOURED, METADATA, REFUSED, unclassified_fields
+from tests.helpers import EOS, MASK, PAD, VOCAB, BagDenoiser, ScriptedDenoiser, one_hot_table
 
 IDS = dict(mask_token_id=MASK, eos_token_id=EOS, pad_token_id=PAD)
 PROMPT = torch.tensor([[5, 6, 7, 8, 9]])

@@ -2,11 +2,11 @@
 
 import pytest
 import torch
-from conftest import EOS, MASK, PAD
 from transformers import LogitsProcessorList, SuppressTokensLogitsProcessor
 from transformers.generation.streamers import BaseStreamer
 
 import dllm_edit
+from tests.helpers import EOS, MASK, PAD
 
 IDS = dict(mask_token_id=MASK, eos_token_id=EOS, pad_token_id=PAD)
 

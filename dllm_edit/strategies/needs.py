@@ -31,7 +31,9 @@ class Needs:
         stats: candidate statistics `step` reads through `StepContext.stat(name)`, names of
             `dllm_edit.kernels.STAT_NAMES` (`"current_prob"`, `"top_prob"`, `"second_prob"`,
             `"entropy"`, `"kl"`); the candidate pass computes only what some strategy asks for.
-            Earlier names (`"current"`, `"second"`) are accepted and resolved.
+            Earlier names (`"current"`, `"second"`) are accepted and resolved. The candidate pass
+            computes the top-2 statistics together, so a strategy may find more in the context
+            than it declared; it reads only what it declared.
         window: finished blocks before the active one that must be in the span (multi-block
             editing); the adapter must support multi-block editing when > 0.
         shadow_block: `step` reads `StepContext.stat("shadow_prob")`, WINO's leave-one-out
@@ -52,7 +54,7 @@ class Needs:
         >>> b = Needs(stats={"top_prob"}, window=1)
         >>> merged = a | b
         >>> sorted(merged.stats), merged.window, merged.extra_forwards
-        (['entropy', 'logit_gap', 'second_prob', 'top_prob'], 1, 2)
+        (['entropy', 'top_prob'], 1, 2)
     """
 
     stats: Collection[StatName] = frozenset()
@@ -65,7 +67,7 @@ class Needs:
     batch_independent: bool = True
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "stats", resolve_stats("Needs", self.stats))
+        object.__setattr__(self, "stats", resolve_stats("Needs", self.stats, companions=False))
         for name in ("window", "extra_forwards"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:

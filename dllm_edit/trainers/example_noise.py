@@ -4,7 +4,7 @@ The noise of a training example depends only on `(noise seed, optimizer step, th
 the prepared dataset, train / eval)`: not on the micro-batch it lands in, its row, the process
 that holds it, the number of processes, gradient accumulation, or how far the batch is padded. So
 one process with a global batch of `2N` and two processes with `N` each corrupt every example
-identically (`tests/test_distributed_training.py`), and a run resumed from a checkpoint draws the
+identically (`tests/trainers/test_distributed_training.py`), and a run resumed from a checkpoint draws the
 noise an uninterrupted one draws.
 
 The index travels with each example: `add_example_index` writes it as a column after the dataset is

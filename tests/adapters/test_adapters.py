@@ -17,7 +17,6 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import EOS, MASK, PAD, VOCAB, left_pad
 
 import dllm_edit
 from dllm_edit import adapters
@@ -34,6 +33,7 @@ from dllm_edit.adapters import (
     resolve_adapter,
 )
 from dllm_edit.layout import build_canvas
+from tests.helpers import EOS, MASK, PAD, VOCAB, left_pad
 
 IDS = dict(mask_token_id=MASK, eos_token_id=EOS, pad_token_id=PAD)
 PROMPTS = [[5, 6, 7], [9, 10, 11, 12, 13, 14, 15], [20], [30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40]]

@@ -2,11 +2,10 @@
 
 import pytest
 import torch
-from conftest import EOS, MASK, PAD
-from denoisers import BagDenoiser
 
 import dllm_edit
 from dllm_edit.adapters import ApproxCacheBidirectionalAdapter
+from tests.helpers import EOS, MASK, PAD, BagDenoiser
 
 IDS = dict(mask_token_id=MASK, eos_token_id=EOS, pad_token_id=PAD)
 ADAPTER = "bidirectional_approx_cache"

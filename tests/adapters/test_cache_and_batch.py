@@ -2,10 +2,10 @@
 
 import pytest
 import torch
-from conftest import EOS, MASK, PAD, left_pad
-from denoisers import _Out
 
 import dllm_edit
+from tests.helpers import EOS, MASK, PAD, left_pad
+from tests.helpers.denoisers import _Out
 
 IDS = dict(mask_token_id=MASK, eos_token_id=EOS, pad_token_id=PAD)
 
@@ -60,7 +60,7 @@ def test_batch_equals_rows_alone(llama_eager, case, use_cache):
 
 def test_finished_rows_stop_counting_forwards(llama_eager):
     # a row whose completion ends early (EOS) must not keep counting forwards
-    from denoisers import ScriptedDenoiser  # noqa: F401  (documentation pointer)
+    from tests.helpers import ScriptedDenoiser  # noqa: F401  (documentation pointer)
 
     cfg = dllm_edit.EditGenerationConfig.from_mode("quality", block_length=2, max_new_tokens=12, **IDS)
     ids, mask = left_pad([[5, 6], [7, 8]])
@@ -168,7 +168,7 @@ class _EosIfKeyed(torch.nn.Module):
 def test_rows_done_by_the_eos_stop_leave_the_forward_batch_mid_block():
     # Two blocks of 4 per row. Row 0 writes EOS in one forward and verifies it: the EOS stop will end
     # it after this block, so it leaves the batch at once; row 1 drafts one token a forward.
-    from conftest import VOCAB
+    from tests.helpers import VOCAB
 
     model = _EosIfKeyed(key=5, vocab=VOCAB)
     sizes: list[int] = []
@@ -191,7 +191,7 @@ def test_rows_finishing_in_the_first_block_leave_an_empty_cache(seed):
     # Regression: prompts shorter than a block finish in the block they share with the prompt, while
     # nothing is cached yet (but the cache layers exist, sized for all rows). Sampling makes some rows
     # emit EOS there; decoding must go on with the others, identically with and without the cache.
-    from conftest import tiny_llama
+    from tests.helpers import tiny_llama
 
     model = tiny_llama("sdpa", seed=7)
     ids = torch.tensor([[2 + i // 4, 3 + i // 4] for i in range(8)])

@@ -5,12 +5,11 @@ import itertools
 
 import pytest
 import torch
-from conftest import EOS, MASK, PAD, left_pad
-from denoisers import BagDenoiser
-from references.fast_dllm_cache import fast_dllm_dual_cache, fast_dllm_prefix_cache
 
 import dllm_edit
 from dllm_edit.adapters import DualCacheBidirectionalAdapter, cache, dual_cache
+from tests.helpers import EOS, MASK, PAD, BagDenoiser, left_pad
+from tests.references.fast_dllm_cache import fast_dllm_dual_cache, fast_dllm_prefix_cache
 
 IDS = dict(mask_token_id=MASK, eos_token_id=EOS, pad_token_id=PAD)
 ADAPTER = "bidirectional_dual_cache"

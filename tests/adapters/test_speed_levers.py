@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import EOS, MASK, tiny_llama
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
 import dllm_edit
 from dllm_edit.adapters.cache import BlockKVCache, crop_to
+from tests.helpers import EOS, MASK, tiny_llama
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _kv(rows, length, seed):

@@ -11,7 +11,7 @@ pytest.importorskip("trl")
 
 from dllm_edit.cli import main
 
-RECIPE = Path(__file__).parents[1] / "examples" / "recipes" / "edit_sft_lora.yaml"
+RECIPE = Path(__file__).parents[2] / "examples" / "recipes" / "edit_sft_lora.yaml"
 
 
 def test_recipe_trains_a_lora_adapter(tmp_path, tiny_model_dir):
@@ -271,7 +271,7 @@ def test_a_two_stage_recipes_ar_stage_is_the_checkpoint_stage_two_starts_from(
     TRL's SFTConfig, and its documented output folder is stage 2's starting model."""
     import runpy
 
-    script = Path(__file__).parents[1] / "benchmarks" / "ar_baseline.py"
+    script = Path(__file__).parents[2] / "benchmarks" / "ar_baseline.py"
     load_config = runpy.run_path(str(script))["load_config"]
     stage_one = RECIPE.parent / f"{stage_one_name}.yaml"
     stage_two_file = RECIPE.parent / f"{stage_two_name}.yaml"
@@ -301,7 +301,7 @@ def test_the_ar_stage_trains_in_resumable_chunks(tmp_path, tiny_model_dir):
 
     from safetensors.torch import load_file
 
-    script = runpy.run_path(str(Path(__file__).parents[1] / "benchmarks" / "ar_baseline.py"))
+    script = runpy.run_path(str(Path(__file__).parents[2] / "benchmarks" / "ar_baseline.py"))
     data = tmp_path / "train.jsonl"
     data.write_text(
         "\n".join(json.dumps({"prompt": f"w{2 + i % 3} w3", "completion": " w3 w2"}) for i in range(12))
@@ -358,7 +358,7 @@ def test_the_ar_stage_trains_in_resumable_chunks(tmp_path, tiny_model_dir):
     "recipe",
     sorted(
         p
-        for p in (Path(__file__).parents[1] / "examples" / "recipes").glob("*.yaml")
+        for p in (Path(__file__).parents[2] / "examples" / "recipes").glob("*.yaml")
         if "ar_stage" not in p.name
     ),
     ids=lambda path: path.name,

@@ -26,7 +26,7 @@ from dllm_edit.replay import (
 
 ARGS = ["--max-new-tokens", "8", "--block-length", "4", "--device", "cpu"]
 MAIN_JOB = "sort:8718982948="
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def replayed(document: dict) -> list[int | None]:

@@ -70,8 +70,8 @@ def test_card_quotes_the_committed_recipe(monkeypatch):
     # the card shows both stages of the recipe as they are committed, with the commands that run them
     import runpy
 
-    recipes = Path(__file__).parents[1] / "examples" / "recipes"
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "default_model.py"
+    recipes = Path(__file__).parents[2] / "examples" / "recipes"
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "default_model.py"
     card = (dllm_edit.DEFAULT_MODEL_DIR / "README.md").read_text()
     prose = " ".join(card.split())  # the card's prose is wrapped to 100 columns
     stage_one, stage_two = (recipes / name for name in SHIPPED_RECIPES)
@@ -102,7 +102,7 @@ def test_readme_main_job_shows_an_edit_that_repairs_the_draft(capsys):
     digits sorted) in more than one token per forward, with at least one visible T2T edit: the first
     forward drafts the whole answer, the second rewrites position 4 from the `7` it drafted to the
     `8` it lacks, the third verifies (3 forwards for 11 tokens)."""
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
     assert f'dllm-edit generate "{MAIN_JOB_PROMPT}"' in readme.split("## Use")[0]  # the setup command
     assert main(["generate", MAIN_JOB_PROMPT, "--json"]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -117,7 +117,7 @@ def test_main_job_prompt_search_finds_the_readme_main_job(monkeypatch):
     README's main job with the edit the test above pins, and passes over a prompt it gets wrong."""
     import runpy
 
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "main_job_prompt.py"
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "main_job_prompt.py"
     search = runpy.run_path(str(script))["search"]
     digits = MAIN_JOB_PROMPT.removeprefix("sort:").removesuffix("=")
     rows = [
@@ -147,7 +147,7 @@ def test_forward_budget_accounts_for_every_forward(monkeypatch, capsys):
     """`benchmarks/forward_budget.py` sorts each forward of a traced decode into exactly one kind."""
     import runpy
 
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "forward_budget.py"
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "forward_budget.py"
     namespace = runpy.run_path(str(script))
     model, tokenizer = dllm_edit.load_default()
     for preset in namespace["PRESETS"].values():
@@ -180,7 +180,7 @@ def test_forward_budget_accounts_for_every_forward(monkeypatch, capsys):
 def test_forward_cost_table(monkeypatch, capsys):
     import runpy
 
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "forward_cost.py"
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "forward_cost.py"
     argv = ["forward_cost.py", "--repeats", "1", "--batches", "1", "--widths", "1", "4", "--prefix", "8"]
     monkeypatch.setattr("sys.argv", argv)
     runpy.run_path(str(script), run_name="__main__")
@@ -192,7 +192,7 @@ def test_verify_confidence_scores_every_completion_position(monkeypatch, capsys)
     """`benchmarks/verify_confidence.py` scores each completion position of the first block once."""
     import runpy
 
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "verify_confidence.py"
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "verify_confidence.py"
     namespace = runpy.run_path(str(script))
     model, tokenizer = dllm_edit.load_default()
     config = dllm_edit.EditGenerationConfig.from_mode("speedy", max_new_tokens=16, block_length=32)
@@ -218,7 +218,7 @@ def test_context_use_scores_the_answer_tokens_only():
 
     import torch
 
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "verify_confidence.py"
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "verify_confidence.py"
     namespace = runpy.run_path(str(script))
     model, tokenizer = dllm_edit.load_default()
     rows = [{"prompt": "sort:9431=", "completion": "1349"}, {"prompt": "close:([", "completion": "])"}]
@@ -237,7 +237,7 @@ def test_traced_batches_follow_each_row_as_if_decoded_alone():
 
     from dllm_edit.evaluation import decode_prompts
 
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "verify_confidence.py"
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "verify_confidence.py"
     namespace = runpy.run_path(str(script))
     model, tokenizer = dllm_edit.load_default()
     config = dllm_edit.EditGenerationConfig.from_mode("speedy", max_new_tokens=16, block_length=32)
@@ -263,7 +263,7 @@ def test_editing_ablation_table(monkeypatch, capsys):
     """`benchmarks/editing_ablation.py` prints one row per (model, setting); editing off never rewrites."""
     import runpy
 
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "editing_ablation.py"
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "editing_ablation.py"
     monkeypatch.syspath_prepend(str(script.parent))  # as `python benchmarks/...` puts it on the path
     argv = ["editing_ablation.py", "--model", f"shipped={dllm_edit.DEFAULT_MODEL_DIR}"]
     monkeypatch.setattr("sys.argv", [*argv, "--synthetic", "3", "--code", "1"])
@@ -281,7 +281,7 @@ def test_editing_ablation_without_functions(monkeypatch, capsys):
     """`--code 0` leaves the code columns empty instead of failing on no functions."""
     import runpy
 
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "editing_ablation.py"
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "editing_ablation.py"
     monkeypatch.syspath_prepend(str(script.parent))
     argv = ["editing_ablation.py", "--model", f"shipped={dllm_edit.DEFAULT_MODEL_DIR}"]
     monkeypatch.setattr("sys.argv", [*argv, "--synthetic", "2", "--code", "0"])
@@ -294,7 +294,7 @@ def test_editing_ablation_bounds(monkeypatch, capsys):
     """`--bounds` adds Q and one forward per block; one forward writes a block per forward, never edits."""
     import runpy
 
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "editing_ablation.py"
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "editing_ablation.py"
     monkeypatch.syspath_prepend(str(script.parent))
     argv = ["editing_ablation.py", "--model", f"shipped={dllm_edit.DEFAULT_MODEL_DIR}", "--bounds"]
     monkeypatch.setattr("sys.argv", [*argv, "--synthetic", "2", "--code", "0"])
@@ -315,7 +315,7 @@ def test_default_model_install_writes_a_card_quoting_the_recipes_it_names(monkey
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "default_model.py"
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "default_model.py"
     recipes = script.parents[1] / "examples" / "recipes"
     monkeypatch.syspath_prepend(str(script.parent))
     namespace = runpy.run_path(str(script))

@@ -4,8 +4,6 @@ import io
 
 import pytest
 import torch
-from conftest import EOS, MASK, PAD, VOCAB, tiny_llama, tiny_tokenizer
-from denoisers import BagDenoiser
 from transformers import (
     LogitsProcessorList,
     NoRepeatNGramLogitsProcessor,
@@ -16,6 +14,7 @@ from transformers import (
 from transformers.generation.streamers import TextDiffusionStreamer
 
 import dllm_edit
+from tests.helpers import EOS, MASK, PAD, VOCAB, BagDenoiser, tiny_llama, tiny_tokenizer
 
 IDS = dict(mask_token_id=MASK, eos_token_id=EOS, pad_token_id=PAD)
 

@@ -30,7 +30,7 @@ import pytest
 import dllm_edit
 from dllm_edit.data.builtin import MIX_FAMILIES
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PAIRS = {"(": ")", "[": "]", "{": "}"}
 FAMILY_OF = {"sort": "sort", "mirror": "reverse_digits", "close": "brackets"}
 

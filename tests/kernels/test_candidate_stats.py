@@ -15,14 +15,13 @@ from typing import ClassVar
 
 import pytest
 import torch
-from conftest import EOS, MASK, PAD, left_pad
-from denoisers import BagDenoiser
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dllm_edit
 from dllm_edit.kernels import STAT_NAMES, _dispatch, candidate_stats, candidate_stats_reference
 from dllm_edit.strategies import Needs, StepContext, StepResult, Strategy, ThresholdUnmask
+from tests.helpers import EOS, MASK, PAD, BagDenoiser, left_pad
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 needs_kernel = pytest.mark.skipif(
@@ -43,11 +42,14 @@ def naive(logits, current=None, prev_logits=None, suppress=(), temperature=0.0):
     p = torch.softmax(x, -1)
     logp = torch.log_softmax(x, -1)
     top2 = torch.topk(p, min(2, p.shape[-1]), -1).values
+    top2_x = torch.topk(x, min(2, x.shape[-1]), -1).values
+    gap = top2_x[..., 0] - top2_x[..., 1] if x.shape[-1] > 1 else torch.full_like(top2_x[..., 0], math.inf)
     out = {
         "token": p.argmax(-1),
         "prob": p.max(-1).values,
         "top_prob": top2[..., 0],
         "second_prob": top2[..., 1] if p.shape[-1] > 1 else torch.zeros_like(top2[..., 0]),
+        "logit_gap": gap,
         "entropy": -torch.where(p > 0, p * logp, 0.0).sum(-1),
     }
     if current is not None:
@@ -101,7 +103,7 @@ def test_every_statistic_matches_a_naive_softmax(shape, suppress):
             if result is None:
                 continue
             assert torch.equal(result.token.cpu(), want["token"])
-            for name in ("prob", "top_prob", "second_prob", "entropy", "current_prob", "kl"):
+            for name in ("prob", "top_prob", "second_prob", "logit_gap", "entropy", "current_prob", "kl"):
                 close(getattr(result, name), want[name], name, vocab)
             torch.testing.assert_close(
                 result.kept_lse.cpu(),
@@ -131,10 +133,19 @@ def test_kernel_matches_the_reference_across_tiles_and_lanes(block):
     moved = logits.roll(1, dims=-1)
     ref = candidate_stats_reference(moved, ALL, current, (ref0.kept_logits, ref0.kept_lse))
     tri = candidate_stats_triton(moved, ALL, current, (tri0.kept_logits, tri0.kept_lse), block=block)
-    assert ref.second_prob[1, 1] == ref.top_prob[1, 1]
+    assert ref.second_prob[1, 1] == ref.top_prob[1, 1] and ref.logit_gap[1, 1] == 0.0
     for a, b in ((ref0, tri0), (ref, tri)):
         assert torch.equal(a.token, b.token)
-        for name in ("prob", "current_prob", "top_prob", "second_prob", "entropy", "kl", "kept_lse"):
+        for name in (
+            "prob",
+            "current_prob",
+            "top_prob",
+            "second_prob",
+            "logit_gap",
+            "entropy",
+            "kl",
+            "kept_lse",
+        ):
             torch.testing.assert_close(getattr(b, name), getattr(a, name), rtol=2e-5, atol=2e-6, msg=name)
         torch.testing.assert_close(b.kept_logits, a.kept_logits)
 
@@ -161,6 +172,14 @@ def test_sampling_statistics_are_of_the_sampled_distribution():
     close(out.entropy, want["entropy"], "entropy", 3)
     filtered = candidate_stats(logits, {"second"}, temperature=1.0, top_k=1, generator=torch.Generator())
     assert filtered.second_prob.item() == 0.0 and filtered.top_prob.item() == 1.0
+    assert filtered.logit_gap.item() == math.inf  # one token left: no second
+
+
+def test_logit_gap_stays_finite_where_the_probabilities_underflow():
+    # a gap of 200: p2 = exp(-200) is 0 in float32, so log p1 - log p2 would be +inf
+    out = candidate_stats(torch.tensor([[0.0, 200.0, 1.0]]), {"logit_gap"})
+    assert out.second_prob.item() == 0.0 and out.logit_gap.item() == 199.0
+    assert set(out.statistics()) == {"top_prob", "second_prob", "logit_gap"}  # computed together
 
 
 def test_bad_requests_are_refused():
@@ -188,7 +207,7 @@ def test_property_reference_equals_naive(rows, vocab, scale, seed):
     out = candidate_stats(logits, {"second", "entropy", "kl"}, prev=(prev.kept_logits, prev.kept_lse))
     want = naive(logits, prev_logits=prev_logits)
     assert torch.equal(out.token, want["token"])
-    for name in ("second_prob", "entropy", "kl"):
+    for name in ("second_prob", "logit_gap", "entropy", "kl"):
         torch.testing.assert_close(
             getattr(out, name).double(), want[name], rtol=1e-4, atol=1e-4 * scale, msg=name
         )
@@ -305,7 +324,9 @@ def test_unknown_statistics_are_refused_before_a_forward():
     model = BagDenoiser(vocab_size=48)
     for strategy in (Wants(), WantsTheEarlierWay()):
         with pytest.raises(ValueError, match="margin"):  # refused when the run is configured
-            cfg = dllm_edit.EditGenerationConfig(strategies=[strategy], max_new_tokens=4, block_length=4, **IDS)
+            cfg = dllm_edit.EditGenerationConfig(
+                strategies=[strategy], max_new_tokens=4, block_length=4, **IDS
+            )
             dllm_edit.generate(model, torch.tensor([[3, 4]]), generation_config=cfg, adapter="bidirectional")
     assert model.calls == 0
 

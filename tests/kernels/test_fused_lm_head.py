@@ -2,13 +2,13 @@
 
 import pytest
 import torch
-from conftest import MASK, VOCAB, tiny_llama
 
 from dllm_edit.kernels import candidates
 from dllm_edit.trainers import DiffusionForward
 from dllm_edit.trainers.elbo import elbo_token_logps
 from dllm_edit.trainers.hidden_states import HiddenStates, greedy_tokens
 from dllm_edit.trainers.objective import edit_objective
+from tests.helpers import MASK, VOCAB, tiny_llama
 
 
 def _batch(seed=0, batch=3, length=12):
@@ -127,7 +127,7 @@ def test_the_memory_benchmark_tiny_mode_checks_both_paths_agree(monkeypatch, cap
     import sys
     from pathlib import Path
 
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "trainer_memory.py"
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "trainer_memory.py"
     monkeypatch.setattr(sys, "argv", [str(script), "--tiny"])
     runpy.run_path(str(script), run_name="__main__")
     out = capsys.readouterr().out

@@ -1,10 +1,12 @@
-"""Behaviour 5: Hypothesis properties of the decoding invariants."""
+"""Behaviour 5: Hypothesis properties of the decoding invariants.
+
+That a strategy's `step` mutates nothing is `test_step_is_pure` (every registered strategy), in
+`test_step_purity.py`.
+"""
 
 import tempfile
 
 import torch
-from conftest import EOS, MASK, PAD, left_pad, tiny_llama
-from denoisers import BagDenoiser
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -12,15 +14,13 @@ import dllm_edit
 from dllm_edit.strategies import (
     Cosine,
     Linear,
-    LowConfidenceRemask,
     MultiBlockEdit,
-    QuotaUnmask,
-    StepContext,
     Stepwise,
     ThresholdUnmask,
     TokenEdit,
     quota_schedule,
 )
+from tests.helpers import EOS, MASK, PAD, BagDenoiser, left_pad, tiny_llama
 
 IDS = dict(mask_token_id=MASK, eos_token_id=EOS, pad_token_id=PAD)
 BAG = BagDenoiser(vocab_size=48, sharpness=2.0)
@@ -188,37 +188,3 @@ def test_quota_schedule_sums_to_block_length(bl, steps_frac):
     quota = quota_schedule(bl, steps)
     assert sum(quota) == bl and len(quota) == steps and max(quota) - min(quota) <= 1
     assert quota == sorted(quota, reverse=True)
-
-
-@given(b=st.integers(1, 4), s=st.integers(1, 10), seed=st.integers(0, 1000))
-def test_step_mutates_nothing(b, s, seed):
-    g = torch.Generator().manual_seed(seed)
-    masked = torch.rand(b, s, generator=g) < 0.5
-    in_block = torch.arange(s) >= s // 2
-    ctx = StepContext(
-        tokens=torch.randint(0, 9, (b, s), generator=g),
-        masked=masked,
-        editable=~masked,
-        in_block=in_block,
-        cand_tokens=torch.randint(0, 9, (b, s), generator=g),
-        cand_probs=torch.rand(b, s, generator=g),
-        step=torch.randint(0, 3, (b,), generator=g),
-        block_index=1,
-        active=torch.ones(b, dtype=torch.bool),
-        mask_token_id=9,
-    )
-    before = {k: v.clone() for k, v in vars(ctx).items() if isinstance(v, torch.Tensor)}
-    strategies = [
-        ThresholdUnmask(0.5),
-        QuotaUnmask(steps=3, block_length=max(3, s)),
-        TokenEdit(0.2),
-        MultiBlockEdit(1, 0.3),
-        LowConfidenceRemask(0.5, max_steps=2, max_per_step=2),
-    ]
-    for strategy in strategies:
-        frozen = strategy.to_dict()
-        result = strategy.step(ctx)
-        assert result.commit.shape == result.edit.shape == (b, s)
-        assert strategy.to_dict() == frozen
-    for k, v in before.items():
-        assert torch.equal(getattr(ctx, k), v), k

@@ -2,9 +2,9 @@
 
 import pytest
 import torch
-from conftest import EOS, MASK, PAD
 
 import dllm_edit
+from tests.helpers import EOS, MASK, PAD
 
 IDS = dict(mask_token_id=MASK, eos_token_id=EOS, pad_token_id=PAD)
 PROMPTS = [[5, 6, 7], [9, 10, 11, 12, 13], [20, 21]]

@@ -2,13 +2,12 @@
 
 import pytest
 import torch
-from conftest import EOS, MASK, PAD, tiny_llama
-from denoisers import BagDenoiser
 from hypothesis import given
 from hypothesis import strategies as st
-from reference_decoder import reference_generate_20, reference_generate_21
 
 import dllm_edit
+from tests.helpers import EOS, MASK, PAD, BagDenoiser, tiny_llama
+from tests.helpers.reference_decoder import reference_generate_20, reference_generate_21
 
 REFERENCE_LIKE = dict(
     adapter="block_causal",

@@ -1,9 +1,9 @@
 """Hand-built cases pinning every rule of SPEC-decoding.md on a scripted denoiser."""
 
 import torch
-from denoisers import ScriptedDenoiser, one_hot_table
 
 import dllm_edit
+from tests.helpers import ScriptedDenoiser, one_hot_table
 
 V = 10
 MASK, EOS, PAD = 9, 1, 0

@@ -73,7 +73,7 @@ def test_registry_and_entry_point_names():
             class Other(Strategy):
                 pass
 
-    with pytest.raises(ValueError, match="snake_case.*'my_rule'"):
+    with pytest.raises(ValueError, match=r"snake_case.*'my_rule'"):
 
         @register_strategy("MyRule")
         class Mine(Strategy):

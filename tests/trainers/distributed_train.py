@@ -1,10 +1,10 @@
 """Train EditSFT or EBPO on a tiny model for a few steps; rank 0 writes the logged losses and the weights.
 
-Run by `tests/test_distributed_training.py` in one process (global batch 2N) and under
+Run by `tests/trainers/test_distributed_training.py` in one process (global batch 2N) and under
 `python -m torch.distributed.run --nproc_per_node 2` (N per process, gloo on CPU):
 
-    python tests/distributed_train.py sft --per-device-batch 8 --out out.pt
-    python -m torch.distributed.run --nproc_per_node 2 tests/distributed_train.py sft \\
+    python tests/trainers/distributed_train.py sft --per-device-batch 8 --out out.pt
+    python -m torch.distributed.run --nproc_per_node 2 tests/trainers/distributed_train.py sft \\
         --per-device-batch 4 --out out.pt
 """
 
@@ -18,10 +18,9 @@ from pathlib import Path
 import torch
 from datasets import Dataset
 
-sys.path.insert(0, str(Path(__file__).parent))
-from conftest import tiny_llama, tiny_tokenizer
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, for tests.helpers
 from dllm_edit.trainers import EBPOConfig, EBPOTrainer, EditSFTConfig, EditSFTTrainer
+from tests.helpers import tiny_llama, tiny_tokenizer
 
 COMMON = dict(
     max_steps=3,

@@ -5,7 +5,7 @@ losses and end with the same weights: the corruption noise is keyed on the examp
 (`dllm_edit.trainers.example_noise`), the distributed sampler gives the two processes the halves of
 the one-process batch, EditSFT normalises by the tokens of the global batch and EBPO by its ratio
 groups, and EBPO's rewards are gathered before the advantages. The training script is
-`tests/distributed_train.py`, started with `python -m torch.distributed.run`. FSDP is not tested
+`tests/trainers/distributed_train.py`, started with `python -m torch.distributed.run`. FSDP is not tested
 here: accelerate (1.15) applies an FSDP plugin only on accelerator devices and wraps the model in
 DDP on CPU (see docs/how-to/scaling-out.md).
 """
@@ -89,7 +89,7 @@ def test_ebpo_two_processes_equal_one_process(tmp_path):
 def test_accelerate_recipe_configs_load(name, kind):
     from accelerate.commands.config.config_args import load_config_from_file
 
-    path = Path(__file__).parents[1] / "examples" / "recipes" / "accelerate" / f"{name}.yaml"
+    path = Path(__file__).parents[2] / "examples" / "recipes" / "accelerate" / f"{name}.yaml"
     config = load_config_from_file(str(path))
     assert config.distributed_type.name == kind and config.mixed_precision == "bf16"
     if name.startswith("zero"):

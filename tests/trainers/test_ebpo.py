@@ -2,10 +2,10 @@
 
 import pytest
 import torch
-from conftest import EOS, MASK, VOCAB, tiny_llama, tiny_tokenizer
-from test_sft_building_blocks import _naive_block_logits
 
 from dllm_edit.trainers import DiffusionForward, ebpo_surrogate, elbo_token_logps
+from tests.helpers import EOS, MASK, VOCAB, tiny_llama, tiny_tokenizer
+from tests.helpers.training import naive_block_logits
 
 BL = 4
 ELBO = dict(mask_token_id=MASK, num_timesteps=3, t_min=0.2, t_max=1.0)
@@ -70,7 +70,7 @@ def test_block_terms_in_one_forward_equal_block_by_block():
     seeds = torch.tensor([5, 6, 7])
 
     def naive(noisy, clean_, valid_):
-        return _naive_block_logits(model, noisy, clean_, valid_, BL)
+        return naive_block_logits(model, noisy, clean_, valid_, BL)
 
     with torch.no_grad():
         fast = _summands(model, clean, valid, supervised, seeds)

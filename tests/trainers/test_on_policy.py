@@ -2,13 +2,14 @@
 
 import pytest
 import torch
-from conftest import MASK, tiny_llama, tiny_tokenizer
+
+from tests.helpers import MASK, tiny_llama, tiny_tokenizer
 
 pytest.importorskip("trl")
 from datasets import Dataset
-from test_sft_trainer import config, reversal_rows
 
 from dllm_edit.trainers import DiffusionForward, EditSFTTrainer, draft_masked
+from tests.helpers.training import reversal_rows, sft_config
 
 
 def recording(model):
@@ -87,7 +88,7 @@ def on_policy_trainer(tmp_path, model=None, **kw):
     base.update(kw)
     return EditSFTTrainer(
         model if model is not None else tiny_llama("sdpa", seed=7),
-        args=config(tmp_path, **base),
+        args=sft_config(tmp_path, **base),
         train_dataset=Dataset.from_list(reversal_rows(32)),
         processing_class=tiny_tokenizer(),
     )
@@ -134,13 +135,13 @@ def test_bad_on_policy_settings_are_refused_before_training(tmp_path):
         ("on_policy_confidence", 1.0),
     ):
         with pytest.raises(ValueError, match=field):
-            config(tmp_path, **{field: value})
+            sft_config(tmp_path, **{field: value})
     no_mask = tiny_tokenizer()
     no_mask.mask_token = None
     with pytest.raises(ValueError, match="mask_token"):
         EditSFTTrainer(
             tiny_llama("sdpa", seed=7),
-            args=config(tmp_path, on_policy_rate=0.5),
+            args=sft_config(tmp_path, on_policy_rate=0.5),
             train_dataset=Dataset.from_list(reversal_rows(4)),
             processing_class=no_mask,
         )

@@ -4,17 +4,17 @@ import math
 
 import pytest
 import torch
-from conftest import MASK, VOCAB, tiny_llama
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dllm_edit.adapters.attention import allowed_matrix, backend_mask
 from dllm_edit.trainers import (
     DiffusionForward,
     block_diffusion_allowed,
     corrupt_response,
     edit_objective,
 )
+from tests.helpers import MASK, VOCAB, tiny_llama
+from tests.helpers.training import naive_block_logits
 
 
 def _batch(lengths, prompt_lengths, width):
@@ -348,22 +348,6 @@ def test_block_diffusion_attention_rule_holds_for_every_pair(lengths, extra, blo
                 assert bool(allowed[b, q, k]) == expected, (b, q, k)
 
 
-def _naive_block_logits(model, noisy, clean, valid, block):
-    """Block by block: block k of `noisy` after the clean blocks before it, block-causal attention."""
-    batch, width = noisy.shape
-    outs = []
-    for start in range(0, width, block):
-        ids = torch.cat([clean[:, :start], noisy[:, start : start + block]], dim=1)  # [B, start + bl]
-        slots = torch.arange(ids.shape[1])
-        allowed = allowed_matrix(
-            slots, slots // block, slots, torch.zeros_like(slots, dtype=torch.bool), valid, block
-        )  # [B, Q, K]
-        mask = backend_mask(allowed, model.config._attn_implementation, model.dtype)
-        logits = model(input_ids=ids, attention_mask=mask, position_ids=slots.expand(batch, -1)).logits
-        outs.append(logits[:, start:])
-    return torch.cat(outs, dim=1)  # [B, T, V]
-
-
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
 def test_vectorised_block_diffusion_equals_naive_block_loop(attn):
     model = tiny_llama(attn, seed=3)
@@ -378,7 +362,7 @@ def test_vectorised_block_diffusion_equals_naive_block_loop(attn):
     )
     with torch.no_grad():
         fast = DiffusionForward(model, "block_diffusion", block_length=4)(c.noisy, ids, valid)
-        slow = _naive_block_logits(model, c.noisy, ids, valid, 4)
+        slow = naive_block_logits(model, c.noisy, ids, valid, 4)
     torch.testing.assert_close(fast[valid], slow[valid], atol=1e-4, rtol=1e-4)
     kw = dict(mask_token_id=MASK, mask_rate=c.mask_rate)
     loss_fast = edit_objective(fast, c.noisy, ids, response, **kw).loss
@@ -427,10 +411,9 @@ def test_shifted_form_reads_the_decoding_adapters_logits():
     """The training form and `ShiftedLogitsAdapter` give the same prediction for every answer position
     of the same text: what the model is trained on is what decoding reads. Decoding left-pads the
     canvas; training right-pads (each row from position 0), so the rows are compared shifted."""
-    from conftest import left_pad
-
     from dllm_edit.adapters import ShiftedLogitsAdapter
     from dllm_edit.layout import build_canvas
+    from tests.helpers import left_pad
 
     model = tiny_llama("sdpa", seed=6)
     prompts = [[5, 6, 7], [9, 10, 11, 12, 13, 14, 15]]
@@ -460,10 +443,9 @@ def test_block_shifted_form_reads_the_decoding_adapters_logits():
     the same prediction for every answer position of every block: the block being decoded is the
     noisy copy, the finished blocks before it the clean copy. Decoding left-pads by whole blocks,
     training right-pads, so each row is compared from its own first slot."""
-    from conftest import left_pad
-
     from dllm_edit.adapters import BlockCausalShiftedAdapter
     from dllm_edit.layout import build_canvas
+    from tests.helpers import left_pad
 
     model = tiny_llama("sdpa", seed=6)
     prompts = [[5, 6, 7], [9, 10, 11, 12, 13, 14, 15], [20]]
@@ -504,8 +486,8 @@ def test_block_shifted_form_is_block_diffusion_read_one_position_to_the_left(kee
     forward.pass_logits_to_keep = keep  # False: the model returns all 2T rows, read in place
     with torch.no_grad():
         shifted = forward(noisy, ids, valid)  # [B, T, V]
-        blocks = _naive_block_logits(model, noisy, ids, valid, 4)  # the block-diffusion outputs
-        clean = _naive_block_logits(model, ids, ids, valid, 4)  # the clean copy's outputs
+        blocks = naive_block_logits(model, noisy, ids, valid, 4)  # the block-diffusion outputs
+        clean = naive_block_logits(model, ids, ids, valid, 4)  # the clean copy's outputs
     j = torch.arange(1, 12)
     inside = j % 4 != 0
     torch.testing.assert_close(shifted[:, j[inside]], blocks[:, j[inside] - 1], atol=1e-4, rtol=1e-4)

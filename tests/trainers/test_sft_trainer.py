@@ -2,43 +2,14 @@
 
 import pytest
 import torch
-from conftest import EOS, MASK, tiny_llama, tiny_tokenizer
+
+from tests.helpers import EOS, MASK, tiny_llama, tiny_tokenizer
 
 pytest.importorskip("trl")
 from datasets import Dataset
 
-from dllm_edit.trainers import DecodeEvalCallback, EditSFTConfig, EditSFTTrainer
-
-
-def reversal_rows(n, seed=0, length=4):
-    """prompt `wA wB wC wD` → completion the same words reversed (a task with one right answer)."""
-    gen = torch.Generator().manual_seed(seed)
-    rows = []
-    for _ in range(n):
-        words = [f"w{int(i)}" for i in torch.randint(2, 20, (length,), generator=gen)]
-        rows.append({"prompt": " ".join(words), "completion": " " + " ".join(reversed(words))})
-    return rows
-
-
-def config(tmp_path, **kw):
-    base = dict(
-        output_dir=str(tmp_path / "out"),
-        block_length=4,
-        max_length=32,
-        per_device_train_batch_size=8,
-        learning_rate=3e-3,
-        max_steps=30,
-        logging_steps=5,
-        save_strategy="no",
-        report_to="none",
-        gradient_checkpointing=False,
-        use_cpu=True,
-        dataloader_num_workers=0,
-        seed=0,
-        disable_tqdm=True,
-    )
-    base.update(kw)
-    return EditSFTConfig(**base)
+from dllm_edit.trainers import DecodeEvalCallback, EditSFTTrainer
+from tests.helpers.training import reversal_rows, sft_config
 
 
 def trainer_for(tmp_path, model=None, rows=None, **kw):
@@ -46,7 +17,7 @@ def trainer_for(tmp_path, model=None, rows=None, **kw):
     evaluation = Dataset.from_list(reversal_rows(16, seed=1))
     return EditSFTTrainer(
         model if model is not None else tiny_llama("sdpa", seed=7),
-        args=config(tmp_path, **kw),
+        args=sft_config(tmp_path, **kw),
         train_dataset=train,
         eval_dataset=evaluation,
         processing_class=tiny_tokenizer(),
@@ -79,7 +50,7 @@ def test_lora_trains_only_adapters_and_reloads(tmp_path):
 
     trainer = EditSFTTrainer(
         tiny_llama("sdpa", seed=7),
-        args=config(tmp_path, max_steps=6, learning_rate=1e-2),
+        args=sft_config(tmp_path, max_steps=6, learning_rate=1e-2),
         train_dataset=Dataset.from_list(reversal_rows(32)),
         processing_class=tiny_tokenizer(),
         peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0),
@@ -174,7 +145,7 @@ def test_conversational_and_messages_formats_noise_only_the_answer(tmp_path):
     ]
     trainer = EditSFTTrainer(
         tiny_llama("sdpa", seed=7),
-        args=config(tmp_path, max_steps=1),
+        args=sft_config(tmp_path, max_steps=1),
         train_dataset=Dataset.from_list(messages),
         processing_class=tiny_tokenizer(chat=True),
     )
@@ -193,7 +164,7 @@ def test_decode_eval_callback_logs_both_presets(tmp_path):
     )
     trainer = EditSFTTrainer(
         tiny_llama("sdpa", seed=7),
-        args=config(tmp_path, max_steps=2),
+        args=sft_config(tmp_path, max_steps=2),
         train_dataset=Dataset.from_list(reversal_rows(16)),
         processing_class=tiny_tokenizer(),
         callbacks=[callback],
@@ -211,36 +182,38 @@ def test_bad_input_is_refused_before_training(tmp_path):
     with pytest.raises(ValueError, match=r"prompt.*completion.*messages"):
         EditSFTTrainer(
             model,
-            args=config(tmp_path),
+            args=sft_config(tmp_path),
             train_dataset=Dataset.from_list([{"q": "a", "a": "b"}]),
             processing_class=tok,
         )
     no_mask = tiny_tokenizer()
     no_mask.mask_token = None
     with pytest.raises(ValueError, match="mask_token"):
-        EditSFTTrainer(model, args=config(tmp_path), train_dataset=good, processing_class=no_mask)
+        EditSFTTrainer(model, args=sft_config(tmp_path), train_dataset=good, processing_class=no_mask)
     with pytest.raises(ValueError, match="edit_rate"):
-        config(tmp_path, edit_rate_max=1.5)
+        sft_config(tmp_path, edit_rate_max=1.5)
     with pytest.raises(ValueError, match="mask_rate"):
-        config(tmp_path, mask_rate_min=0.9, mask_rate_max=0.2)
+        sft_config(tmp_path, mask_rate_min=0.9, mask_rate_max=0.2)
     with pytest.raises(ValueError, match="editing_stream_rate"):
-        config(tmp_path, editing_stream_rate=1.0)
+        sft_config(tmp_path, editing_stream_rate=1.0)
     with pytest.raises(ValueError, match="edit_noise_in_context"):
-        config(tmp_path, edit_noise_in_context=-0.5)
+        sft_config(tmp_path, edit_noise_in_context=-0.5)
     with pytest.raises(ValueError, match="edit_noise_shift"):
-        config(tmp_path, edit_noise_shift=1.5)
+        sft_config(tmp_path, edit_noise_shift=1.5)
     with pytest.raises(ValueError, match="semi_ar_noise"):
-        config(tmp_path, semi_ar_noise=-0.1)
+        sft_config(tmp_path, semi_ar_noise=-0.1)
     with pytest.raises(ValueError, match="editing_stream_rate=0"):  # plain M2T must say so
-        config(tmp_path, edit_rate_max=0.0, clean_loss_weight=0.0)
+        sft_config(tmp_path, edit_rate_max=0.0, clean_loss_weight=0.0)
     with pytest.raises(ValueError, match="multiple of `block_length`"):
-        EditSFTTrainer(model, args=config(tmp_path, max_length=30), train_dataset=good, processing_class=tok)
+        EditSFTTrainer(
+            model, args=sft_config(tmp_path, max_length=30), train_dataset=good, processing_class=tok
+        )
     with pytest.raises(ValueError, match="packing"):
-        config(tmp_path, packing=True)
+        sft_config(tmp_path, packing=True)
     with pytest.raises(ValueError, match="compute_metrics"):
         EditSFTTrainer(
             model,
-            args=config(tmp_path),
+            args=sft_config(tmp_path),
             train_dataset=good,
             processing_class=tok,
             compute_metrics=lambda p: {},
@@ -249,7 +222,7 @@ def test_bad_input_is_refused_before_training(tmp_path):
         [{"messages": [{"role": "user", "content": "w2"}, {"role": "assistant", "content": "w3"}]}]
     )
     with pytest.raises(ValueError, match="chat template"):
-        EditSFTTrainer(model, args=config(tmp_path), train_dataset=chat, processing_class=tok)
+        EditSFTTrainer(model, args=sft_config(tmp_path), train_dataset=chat, processing_class=tok)
 
 
 def test_checkpoints_save_the_decoding_config_they_were_trained_for(tmp_path):

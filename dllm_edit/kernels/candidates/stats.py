@@ -94,8 +94,10 @@ class CandidateStats(NamedTuple):
         return self._replace(token=like.index_copy(0, rows, self.token), **filled)
 
 
-def resolve_stats(op: str, stats: Iterable[str]) -> frozenset[StatName]:
-    """The statistic names of `stats`, earlier names (`STAT_ALIASES`) replaced by their own.
+def resolve_stats(op: str, stats: Iterable[str], companions: bool = True) -> frozenset[StatName]:
+    """The statistic names of `stats`, earlier names (`STAT_ALIASES`) replaced by their own; with
+    `companions`, the statistics computed together with them added (`TOP_TWO`: what a pass
+    computes), without, exactly what was named (what a strategy declares).
 
     Raises:
         ValueError: a name that is neither a statistic nor an alias.
@@ -119,7 +121,7 @@ def resolve_stats(op: str, stats: Iterable[str]) -> frozenset[StatName]:
         raise ValueError(
             f"{op}: unknown statistics {sorted(map(str, unknown))}; choose among {list(STAT_NAMES)}"
         )
-    if out & set(TOP_TWO):  # one pass writes them all
+    if companions and out & set(TOP_TWO):  # one pass writes them all
         out.update(TOP_TWO)
     return frozenset(out)
 

@@ -1,0 +1,1 @@
+"""Model adapters: attention layouts, the KV caches, batching and the speed levers."""

@@ -1,0 +1,1 @@
+"""The vocabulary-sized kernels (Triton and pure-torch) against their references."""

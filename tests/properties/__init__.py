@@ -1,0 +1,1 @@
+"""Hypothesis properties of decoding: invariants every run and every registered strategy keeps."""

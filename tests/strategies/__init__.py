@@ -1,0 +1,1 @@
+"""Tests of the decoding rules: the strategies, their schedules and the zoo, one file per algorithm."""

@@ -1,0 +1,1 @@
+"""Training: EditSFT, EBPO, on-policy corruption, distributed runs and the training data."""
