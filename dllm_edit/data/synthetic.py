@@ -15,8 +15,8 @@ that editing has to repair.
 
 The model shipped in the package knows `sort`, `reverse_digits` and `brackets` (`MIX_FAMILIES` of
 `dllm_edit.data.builtin`) and decodes their three examples above right at the S and Q presets
-(tests/integration/test_true_examples.py); on the first 100 held-out prompts of each it is right on 68%, 98% and
-57% at S (73%, 98%, 57% at Q). It was not trained on `addition` and `reverse`.
+(tests/integration/test_true_examples.py); on the first 100 held-out prompts of each it is right
+on 68%, 98% and 57% at S (73%, 98%, 57% at Q). It was not trained on `addition` and `reverse`.
 
 Held-out splits come from a different seed (`split="test"`), never from the training stream.
 """
