@@ -19,7 +19,7 @@ from dllm_edit.config_reconcile import (
 )
 from dllm_edit.layout import BLOCK_STARTS
 from dllm_edit.modes import MODES, fit_mode_to_adapter
-from dllm_edit.sglang import export_sglang
+from dllm_edit.sglang import export_sglang, sglang_fields
 from dllm_edit.strategies import Schedule, Strategy, as_schedule, strategy_from_dict
 from dllm_edit.strategies import fields as checks
 from dllm_edit.strategy_factory import build_strategies, load_unmasking
@@ -261,6 +261,17 @@ class EditGenerationConfig(GenerationConfig):
     def valid_fields(cls) -> set[str]:
         """Names accepted by `replace()` and `generate(**overrides)`: ours plus GenerationConfig's."""
         return set(_DEFAULTS) | set(GenerationConfig().__dict__) - {"transformers_version"}
+
+    @classmethod
+    def from_sglang(cls, algorithm_config: dict[str, Any], **fields: Any) -> EditGenerationConfig:
+        """The config a SGLang JointThreshold YAML describes (`dllm_edit.sglang.sglang_fields`),
+        with `fields` on top; the inverse of `to_sglang`.
+
+        Examples:
+            >>> EditGenerationConfig.from_sglang({"edit_threshold": 1.0}).editing_threshold is None
+            True
+        """
+        return cls(**{**sglang_fields(algorithm_config), **fields})
 
     @classmethod
     def from_generation_config(

@@ -179,26 +179,43 @@ def export_sglang(
     return SGLangExport(algorithm_config, request_defaults, tuple(problems))
 
 
+def sglang_fields(algorithm_config: dict[str, Any]) -> dict[str, Any]:
+    """The `EditGenerationConfig` fields a JointThreshold YAML describes (`edit_threshold >= 1` is
+    editing off; missing keys take SGLang's defaults). `EditGenerationConfig.from_sglang` builds the
+    config from them.
+
+    Raises:
+        ValueError: a key JointThreshold does not have.
+
+    Examples:
+        >>> sglang_fields({"threshold": 0.5, "edit_threshold": 1.0})["editing_threshold"] is None
+        True
+    """
+    known = {"threshold", "edit_threshold", "max_post_edit_steps", "penalty_lambda", "block_size"}
+    unknown = sorted(set(algorithm_config) - known)
+    if unknown:
+        raise ValueError(f"Unknown JointThreshold keys {unknown}; expected a subset of {sorted(known)}.")
+    edit = algorithm_config.get("edit_threshold", 0.0)  # SGLang's defaults
+    return dict(
+        threshold=float(algorithm_config.get("threshold", 0.5)),
+        editing_threshold=None if float(edit) >= 1.0 else float(edit),
+        max_post_steps=int(algorithm_config.get("max_post_edit_steps", 16)),
+        repeat_penalty=float(algorithm_config.get("penalty_lambda", 0.0)),
+        block_length=int(algorithm_config.get("block_size", 32)),
+    )
+
+
 def config_from_sglang(algorithm_config: dict[str, Any], **fields: Any) -> Any:
-    """The `EditGenerationConfig` a JointThreshold YAML describes (`edit_threshold >= 1` is editing off).
+    """`EditGenerationConfig.from_sglang(algorithm_config, **fields)`, under its earlier name.
+
+    This module does not import the config at its top (the config imports this module); the
+    earlier name reaches it here.
 
     Examples:
         >>> config_from_sglang({"threshold": 0.5, "edit_threshold": 1.0, "max_post_edit_steps": 16,
         ...     "penalty_lambda": 0.0, "block_size": 32}).editing_threshold is None
         True
     """
-    from dllm_edit.config import EditGenerationConfig  # config imports this module: only here, lazily
+    from dllm_edit.config import EditGenerationConfig
 
-    known = {"threshold", "edit_threshold", "max_post_edit_steps", "penalty_lambda", "block_size"}
-    unknown = sorted(set(algorithm_config) - known)
-    if unknown:
-        raise ValueError(f"Unknown JointThreshold keys {unknown}; expected a subset of {sorted(known)}.")
-    edit = algorithm_config.get("edit_threshold", 0.0)  # SGLang's defaults
-    return EditGenerationConfig(
-        threshold=float(algorithm_config.get("threshold", 0.5)),
-        editing_threshold=None if float(edit) >= 1.0 else float(edit),
-        max_post_steps=int(algorithm_config.get("max_post_edit_steps", 16)),
-        repeat_penalty=float(algorithm_config.get("penalty_lambda", 0.0)),
-        block_length=int(algorithm_config.get("block_size", 32)),
-        **fields,
-    )
+    return EditGenerationConfig.from_sglang(algorithm_config, **fields)

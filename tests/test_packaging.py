@@ -53,3 +53,37 @@ def test_hugging_face_kernels_package_is_not_shadowed():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     origin = out.stdout.strip()
     assert origin == "-" or "site-packages" in pathlib.Path(origin).parts, origin
+
+
+def _imports(module: str, top_level_only: bool = False) -> set[str]:
+    """The `dllm_edit` modules `module` imports in its source (anywhere, or at its top level only)."""
+    import ast
+
+    tree = ast.parse((ROOT / (module.replace(".", "/") + ".py")).read_text())
+    found = set()
+    for node in tree.body if top_level_only else ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return {name for name in found if name.startswith("dllm_edit")}
+
+
+def test_rooms_with_one_job():
+    # the decoding loop and its bridge never import the terminal UI
+    for module in (
+        "dllm_edit.generation",
+        "dllm_edit.streaming",
+        "dllm_edit.proposer",
+        "dllm_edit.run_checks",
+    ):
+        assert not any("terminal_streamer" in name for name in _imports(module)), module
+    # no circle between the config and the SGLang export: the export never imports the config at its
+    # top (only the earlier name config_from_sglang reaches it); the config imports no CLI
+    assert not any(name.startswith("dllm_edit.config") for name in _imports("dllm_edit.sglang", True))
+    config = _imports("dllm_edit.config")
+    assert not any(name.startswith("dllm_edit.cli") for name in config), config
+    assert "dllm_edit.strategy_factory" in config and "dllm_edit.modes" in config
+    # the CLI's --mode llada and from_mode(model=...) take the one path
+    assert "dllm_edit.modes.fit_mode_to_adapter" in _imports("dllm_edit.cli.decode")
