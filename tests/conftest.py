@@ -25,6 +25,20 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+@pytest.fixture(autouse=True)
+def _strategy_registry_restored():
+    """Every test leaves the strategy registry as it found it: a test (or a cookbook example it runs)
+    that registers a strategy must not change what the registry-wide tests after it enumerate."""
+    from dllm_edit.strategies import registry
+
+    names, aliases = dict(registry._REGISTRY), dict(registry._ALIASES)
+    yield
+    registry._REGISTRY.clear()
+    registry._REGISTRY.update(names)
+    registry._ALIASES.clear()
+    registry._ALIASES.update(aliases)
+
+
 @pytest.fixture(scope="session")
 def llama_eager():
     return tiny_llama("eager")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, overload
 
 import torch
 
@@ -39,6 +39,21 @@ _CONTEXT_ALIASES: dict[str, InputName] = {
     "kl_prev": "kl",
     "shadow_probs": "shadow_prob",
 }
+
+
+class _EarlierName:
+    """A read-only `StepContext` attribute under an earlier release's name: the input `name` of
+    `StepContext.stats`, or None when the run did not compute it."""
+
+    def __init__(self, name: InputName) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, ctx: None, owner: type | None = None) -> _EarlierName: ...
+    @overload
+    def __get__(self, ctx: StepContext, owner: type | None = None) -> torch.Tensor | None: ...
+    def __get__(self, ctx: StepContext | None, owner: type | None = None) -> Any:
+        return self if ctx is None else ctx.stats.get(self.name)
 
 
 @dataclass(frozen=True, init=False)
@@ -186,30 +201,13 @@ class StepContext:
         """This context with another strategy's per-row `state` (the loop's hand-off)."""
         return dataclasses.replace(self, state=state)
 
-    # earlier releases' names, None when the input was not computed
-    @property
-    def current_probs(self) -> torch.Tensor | None:
-        return self.stats.get("current_prob")
-
-    @property
-    def top_probs(self) -> torch.Tensor | None:
-        return self.stats.get("top_prob")
-
-    @property
-    def second_probs(self) -> torch.Tensor | None:
-        return self.stats.get("second_prob")
-
-    @property
-    def entropy(self) -> torch.Tensor | None:
-        return self.stats.get("entropy")
-
-    @property
-    def kl_prev(self) -> torch.Tensor | None:
-        return self.stats.get("kl")
-
-    @property
-    def shadow_probs(self) -> torch.Tensor | None:
-        return self.stats.get("shadow_prob")
+    # earlier releases' names of the inputs, None when the input was not computed
+    current_probs = _EarlierName("current_prob")
+    top_probs = _EarlierName("top_prob")
+    second_probs = _EarlierName("second_prob")
+    entropy = _EarlierName("entropy")
+    kl_prev = _EarlierName("kl")
+    shadow_probs = _EarlierName("shadow_prob")
 
 
 @dataclass(frozen=True)
