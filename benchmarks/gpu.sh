@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# The GPU benchmarks, in one run (<= 8 minutes on one CUDA GPU):
+# The GPU benchmarks, in one run (<= 12 minutes on one CUDA GPU):
 #   1. kernels: Triton `candidates` / `masked_logprob` GB/s against a device-to-device copy, bf16 and
 #      fp32, V=157184, and their correctness against the torch references (OK / MISMATCH lines);
 #   2. decoding: tokens/s of S vs Q, cache on vs off, compile off vs on, on a ~125M-parameter random
-#      block-causal Llama in bfloat16, batch 8, prompt 256 + 256 new tokens.
+#      block-causal Llama in bfloat16, batch 8, prompt 256 + 256 new tokens;
+#   3. native models: the real configs' memory (meta device), and every LLaDA / LLaDA-MoE / Dream /
+#      LLaDA2.x checkpoint already in the local Hugging Face cache loaded into dllm_edit's native class
+#      and decoded with two rules and, on full-attention families, the dual cache (nothing is downloaded).
 # Usage: benchmarks/gpu.sh [OUT_DIR]   (default: $OUT, else ./gpu-results). Results: OUT_DIR/*.md,
 # the device in OUT_DIR/device.txt, each step's log next to its table; exit status 1 if a step fails.
 set -euo pipefail
@@ -31,6 +34,7 @@ step() {  # step NAME TIMEOUT_S COMMAND...: run, tee the table to NAME.md, keep 
 step kernels 180 "$python" benchmarks/kernels.py --gpu-only
 step decode 270 "$python" benchmarks/decode_speed.py --device-grid --device cuda --dtype bfloat16 \
     --hidden 768 --layers 8 --vocab 32000 --batch 8 --prompt-len 256 --new-tokens 256 --repeats 3
+step native 240 "$python" benchmarks/native_models.py --memory --decode --device cuda
 grep -h "MISMATCH" "$out/kernels.md" && status=1 || true
 echo "done: $out (status $status)"
 exit "$status"

@@ -7,7 +7,7 @@ Examples:
     0.5
 """
 
-from dllm_edit import strategies
+from dllm_edit import models, strategies
 from dllm_edit.adapters import (
     BidirectionalAdapter,
     BlockCausalAdapter,
@@ -29,6 +29,7 @@ from dllm_edit.hf import (
     generate_hf,
     patch_generate,
 )
+from dllm_edit.loading import load
 from dllm_edit.output import EditGenerationOutput, StepRecord
 from dllm_edit.shipped import DEFAULT_MODEL_DIR, load_default
 from dllm_edit.strategies import register_strategy
@@ -56,7 +57,9 @@ __all__ = [
     "detect_adapter",
     "generate",
     "generate_hf",
+    "load",
     "load_default",
+    "models",
     "patch_generate",
     "register_adapter",
     "register_strategy",

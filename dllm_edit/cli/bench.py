@@ -96,6 +96,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--trust-remote-code", action="store_true", help="allow models that ship their own code"
     )
+    parser.add_argument(
+        "--remote-code",
+        action="store_true",
+        help="load LLaDA / LLaDA-MoE / Dream / LLaDA2.x checkpoints with their own code instead of "
+        "dllm_edit's native classes (implies --trust-remote-code)",
+    )
     add_debug_argument(parser)
     return parser
 
@@ -125,12 +131,14 @@ def _split_specs(specs: list[str], option: str) -> list[tuple[str, str]]:
     return pairs
 
 
-def _load(pairs: list[tuple[str, str]], trust_remote_code: bool) -> dict[str, tuple[Any, Any]]:
+def _load(pairs: list[tuple[str, str]], args: argparse.Namespace) -> dict[str, tuple[Any, Any]]:
     from .loading import load_model_and_tokenizer
 
     models = {}
     for name, path in pairs:
-        model, tokenizer = load_model_and_tokenizer(path, trust_remote_code=trust_remote_code)
+        model, tokenizer = load_model_and_tokenizer(
+            path, trust_remote_code=args.trust_remote_code or args.remote_code, native=not args.remote_code
+        )
         models[name] = (model.eval(), tokenizer)
     return models
 
@@ -182,8 +190,10 @@ def _run_algorithms(args: argparse.Namespace) -> int:
     specs = _split_specs(args.model or [], "--model")
     if len(specs) > 1:
         raise ValueError("--strategies measures one model; pass a single --model NAME=PATH.")
+    if args.remote_code and not specs:
+        raise ValueError("--remote-code loads checkpoints with their own code: it needs --model NAME=PATH.")
     if specs:
-        model, tokenizer = _load(specs, args.trust_remote_code)[specs[0][0]]
+        model, tokenizer = _load(specs, args)[specs[0][0]]
     else:
         from dllm_edit.shipped import load_default
 
@@ -248,15 +258,17 @@ def run(argv: Sequence[str]) -> int:
     names = [name for name, _ in diffusion_specs + ar_specs]
     if len(set(names)) != len(names):
         raise ValueError(f"--model / --ar-model names must be distinct, got {names}.")
+    if args.remote_code and not names:
+        raise ValueError("--remote-code loads checkpoints with their own code: it needs --model NAME=PATH.")
     if diffusion_specs:
-        models = _load(diffusion_specs, args.trust_remote_code)
+        models = _load(diffusion_specs, args)
     else:
         from dllm_edit.shipped import load_default
 
         models = {"shipped": load_default()}
     if not args.no_mbe:
         _check_multi_block_edit(models)
-    autoregressive = _load(ar_specs, args.trust_remote_code)
+    autoregressive = _load(ar_specs, args)
     synthetic = builtin_rows("dllm_edit:synthetic", "test")[: args.synthetic]
     code = builtin_rows("dllm_edit:code", "test")[: args.code]
     from dllm_edit.evaluation import DEFAULT_EDITING, REMASKING

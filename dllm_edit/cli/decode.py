@@ -46,7 +46,14 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--trust-remote-code",
         action="store_true",
-        help="run the model's own modelling code (LLaDA2.x needs it); only for sources you trust",
+        help="run a checkpoint's own modelling code where dllm_edit has no native class for its family; "
+        "only for sources you trust",
+    )
+    parser.add_argument(
+        "--remote-code",
+        action="store_true",
+        help="load LLaDA / LLaDA-MoE / Dream / LLaDA2.x checkpoints with their own code instead of "
+        "dllm_edit's native classes (implies --trust-remote-code)",
     )
     parser.add_argument(
         "--max-new-tokens",
@@ -201,13 +208,21 @@ class Session:
         dtype = check_dtype(args.dtype)
         self.device = check_device(args.device)  # before loading: a missing device fails at once
         if args.model is None:
+            if args.remote_code:
+                raise ValueError(
+                    "--remote-code loads a checkpoint with its own code: it needs --model (the shipped "
+                    "model has no code of its own)."
+                )
             self.model, self.tokenizer = load_default()
             if dtype is not None:
                 self.model = self.model.to(getattr(torch, dtype))
         else:
             try:
                 self.model, self.tokenizer = load_model_and_tokenizer(
-                    args.model, trust_remote_code=args.trust_remote_code, dtype=dtype
+                    args.model,
+                    trust_remote_code=args.trust_remote_code or args.remote_code,
+                    dtype=dtype,
+                    native=not args.remote_code,
                 )
             except (FileNotFoundError, ValueError) as err:
                 raise type(err)(f"--model: {err}") from err

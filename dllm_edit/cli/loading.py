@@ -8,16 +8,6 @@ from typing import Any
 DATA_FILE_FORMATS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
 
 
-def _looks_local(name: str) -> bool:
-    """A path rather than a Hub id: starts like a path, has more than one `/`, or a data-file suffix."""
-    return (
-        name.startswith((".", "/", "~"))
-        or name.count("/") > 1
-        or Path(name).suffix.lower() in DATA_FILE_FORMATS
-        or Path(name).exists()
-    )
-
-
 def load_model_and_tokenizer(
     name_or_path: str,
     *,
@@ -25,74 +15,26 @@ def load_model_and_tokenizer(
     revision: str | None = None,
     dtype: str | None = None,
     attn_implementation: str | None = None,
+    native: bool = True,
 ) -> tuple[Any, Any]:
-    """`(model, tokenizer)` from a local folder, a Hub id (masked LMs get their masked-LM head), or a
-    freshly initialised built-in model (`dllm_edit:init/<size>`, see `dllm_edit.data.builtin`).
+    """`(model, tokenizer)` from a local folder, a Hub id or a built-in model: `dllm_edit.load` (the
+    families dllm_edit carries get its native class unless `native=False`).
 
     Raises:
         FileNotFoundError: a local path that holds no model.
         ValueError: an unknown `dtype`, remote code needed but `trust_remote_code` is off, or the
             model or tokenizer cannot be loaded (a corrupt or partial weights file, ...).
     """
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
+    from dllm_edit.loading import load
 
-    from dllm_edit.data.builtin import init_model, is_builtin
-
-    from .checks import check_dtype
-
-    dtype = check_dtype(dtype, option="dtype")
-    if is_builtin(name_or_path):
-        return init_model(name_or_path)
-    path = Path(name_or_path).expanduser()
-    if path.exists() and not (path / "config.json").is_file():
-        raise FileNotFoundError(f"No model at {name_or_path!r}: the folder has no config.json.")
-    if not path.exists() and _looks_local(name_or_path):
-        raise FileNotFoundError(f"No model at {name_or_path!r}: the path does not exist.")
-    try:
-        config = AutoConfig.from_pretrained(
-            name_or_path, trust_remote_code=trust_remote_code, revision=revision
-        )
-    except ValueError as err:
-        if "trust_remote_code" in str(err):
-            raise ValueError(
-                f"{name_or_path!r} ships its own modelling code (LLaDA2.x does). It is only run with "
-                "--trust-remote-code (trust_remote_code: true in a recipe); pass it if you trust the source."
-            ) from err
-        raise
-    except OSError as err:
-        raise ValueError(
-            f"Could not load a model config from {name_or_path!r} ({err}). Check the path or Hub id; without "
-            "network access only local folders work."
-        ) from err
-    masked_lm = any(a.endswith("ForMaskedLM") for a in (getattr(config, "architectures", None) or []))
-    auto = AutoModelForMaskedLM if masked_lm else AutoModelForCausalLM
-    kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code, "revision": revision}
-    if dtype is not None:
-        kwargs["dtype"] = dtype
-    kwargs["attn_implementation"] = attn_implementation or "sdpa"
-    try:
-        model = auto.from_pretrained(name_or_path, **kwargs)
-    except Exception as err:  # a corrupt or partial weights file raises whatever its reader raises
-        raise ValueError(
-            f"Could not load the model weights from {name_or_path!r} ({type(err).__name__}: "
-            f"{_first_line(err)}). The weights file may be corrupt or incomplete: download or save the "
-            "model again."
-        ) from err
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(
-            name_or_path, trust_remote_code=trust_remote_code, revision=revision
-        )
-    except Exception as err:
-        raise ValueError(
-            f"Could not load a tokenizer from {name_or_path!r} ({type(err).__name__}: {_first_line(err)}). "
-            "The folder needs the tokenizer files saved with the model (tokenizer.save_pretrained)."
-        ) from err
-    return model, tokenizer
-
-
-def _first_line(err: BaseException) -> str:
-    lines = str(err).strip().splitlines()
-    return lines[0][:300] if lines else "no message"
+    return load(
+        name_or_path,
+        native=native,
+        trust_remote_code=trust_remote_code,
+        revision=revision,
+        dtype=dtype,
+        attn_implementation=attn_implementation,
+    )
 
 
 def load_dataset_arg(name: str, config: str | None = None, split: str = "train") -> Any:
@@ -107,6 +49,7 @@ def load_dataset_arg(name: str, config: str | None = None, split: str = "train")
     import datasets
 
     from dllm_edit.data.builtin import builtin_dataset, is_builtin
+    from dllm_edit.loading import _looks_local
 
     if is_builtin(name):
         return builtin_dataset(name, split)
