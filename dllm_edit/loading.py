@@ -133,7 +133,7 @@ def _load_tokenizer(name_or_path: str, revision: str | None, trust_remote_code: 
             try:
                 from transformers import PreTrainedTokenizerFast
 
-                return PreTrainedTokenizerFast.from_pretrained(name_or_path, revision=revision)
+                return PreTrainedTokenizerFast.from_pretrained(name_or_path, revision=revision or "main")
             except Exception:
                 pass
         raise ValueError(
