@@ -213,6 +213,7 @@ def generate(
             generator,
             device=input_ids.device,
             stats=frozenset(plan.needs.stats),
+            top_p_first=plan.needs.top_p_first,
         )
         session = _open_session(model, adapter_obj, config, layout, use_cache, special, plan)
         loop = _Loop(session, config, strategies, layout, special, stream, propose, generator, plan)
@@ -279,6 +280,8 @@ class _BlockState:
     mask_free: torch.Tensor | None = None  # [B] no mask left in the block at the top of the step
     states: list[Any] = field(default_factory=list)  # each strategy's per-row state
     kept: tuple[torch.Tensor, torch.Tensor] | None = None  # previous step's ([B, S, V], [B, S]) for "kl"
+    no_prev: torch.Tensor | None = None  # [B] rows without a previous forward at the block's first step
+    saw_ahead: torch.Tensor | None = None  # [B] rows whose forwards kept the next block's distribution
     step_number: int = 0
 
 
@@ -310,6 +313,15 @@ class _Loop:
         self.cap = config.steps_cap()
         self.eos_stop = bool(config.eos_early_stop and special.eos)
         self.keeps_previous = "kl" in propose.stats
+        # histories across blocks (`Needs.across_blocks`): each such strategy's state, per row, and
+        # the previous forward's distribution behind "kl" over the span and the next block
+        self.carries = [s.needs.across_blocks for s in strategies]
+        self.states: list[Any] = [{} for _ in strategies]
+        kl_across = self.keeps_previous and plan.needs.across_blocks
+        self.sees_ahead = kl_across and bool(getattr(session, "sees_ahead", False))
+        self.last_kept: tuple[torch.Tensor, torch.Tensor] | None = None  # ([B, S, V], [B, S])
+        self.ahead_kept: tuple[torch.Tensor, torch.Tensor] | None = None  # ([B, bl, V], [B, bl])
+        self.saw_ahead: torch.Tensor | None = None  # [B]
 
     def run(self, canvas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, list[StepRecord] | None]:
         """Decode every block into `canvas` (in place); returns (num_forwards, num_edits, trace)."""
@@ -366,8 +378,25 @@ class _Loop:
             bad=torch.zeros(canvas.shape[0], dtype=torch.bool, device=device),
             no_edit=no_edit,
             edited_slot=no_edit,
-            states=[{} for _ in self.strategies],  # reset per block
+            # reset per block, unless the strategy keeps its history across blocks
+            states=[state if carry else {} for state, carry in zip(self.states, self.carries)],
+            **self._carried_previous(w),
         )
+
+    def _carried_previous(self, w: int) -> dict[str, Any]:
+        """With a "kl" history across blocks on an adapter that sees ahead: the previous forward's
+        distribution over the new span (the window from the last span, the block from the slots
+        ahead), and the rows that have none (no active forward in the previous block)."""
+        if not self.sees_ahead or self.ahead_kept is None or self.last_kept is None:
+            return {}
+        bl = self.layout.block_length
+        window = slice(self.last_kept[1].shape[1] - w * bl, None)  # the new window: the last span's end
+        kept = (
+            torch.cat([self.last_kept[0][:, window], self.ahead_kept[0]], dim=1),  # [B, S, V]
+            torch.cat([self.last_kept[1][:, window], self.ahead_kept[1]], dim=1),  # [B, S]
+        )
+        assert self.saw_ahead is not None  # set with ahead_kept
+        return dict(kept=kept, no_prev=~self.saw_ahead)
 
     def _top_of_step(
         self, canvas: torch.Tensor, blk: _BlockState
@@ -413,18 +442,27 @@ class _Loop:
         """The forward of the active rows and their candidates, as full-batch `[B, S]` fields
         (rows outside the forward keep their tokens); WINO's shadow probabilities when asked for."""
         rows = blk.rows
-        logits = self.session.logits(canvas, blk.block, blk.w)  # [R, S, V] ([R, S + bl, V] with the shadow)
+        ahead = self.sees_ahead and blk.block + 1 < self.layout.num_blocks
+        if ahead:  # the next block's logits too, kept for its first step ("kl" across blocks)
+            both = self.session.logits(canvas, blk.block, blk.w, ahead=1)  # [R, S + bl, V]
+            logits, later = both[:, : -self.layout.block_length], both[:, -self.layout.block_length :]
+            self._keep_ahead(canvas, blk, later)
+        else:
+            logits = self.session.logits(canvas, blk.block, blk.w)  # [R, S, V] ([R, S + bl, V]: shadow)
         shadow_probs = None
         if self.plan.shadow:
             logits, shadow_probs = split_shadow(logits, canvas, rows, blk.block, blk.w)  # [R, S, V], [B, S]
         if blk.all_rows:
             cand = self.propose(logits, canvas, blk.span, blk.kept)  # [B, S] fields
             if self.keeps_previous:
-                blk.kept = (cand.kept_logits, cand.kept_lse)  # type: ignore[assignment]
-            return cand, shadow_probs
+                self._keep(blk, (cand.kept_logits, cand.kept_lse))  # type: ignore[arg-type]
+            return self._without_previous(cand, blk), shadow_probs
         prev = None if blk.kept is None else (blk.kept[0][rows], blk.kept[1][rows])  # [R, S, V], [R, S]
         part = self.propose(logits, canvas[rows], blk.span, prev)  # [R, S] fields
-        if self.keeps_previous:
+        if self.keeps_previous and self.sees_ahead:
+            assert part.kept_logits is not None and part.kept_lse is not None  # "kl" keeps them
+            self._keep(blk, self._scatter_kept(blk, (part.kept_logits, part.kept_lse), old.shape))
+        elif self.keeps_previous:
             if blk.kept is None:  # the block's first step: frozen rows' slots are never read
                 blk.kept = (
                     torch.zeros(*old.shape, logits.shape[-1], device=old.device),  # [B, S, V]
@@ -435,7 +473,61 @@ class _Loop:
                 blk.kept[0].index_copy(0, rows, part.kept_logits),  # [B, S, V]
                 blk.kept[1].index_copy(0, rows, part.kept_lse),  # [B, S]
             )
-        return part.scatter_rows(rows, old), shadow_probs  # [B, S] fields; frozen rows keep their tokens
+        cand = part.scatter_rows(rows, old)  # [B, S] fields; frozen rows keep their tokens
+        return self._without_previous(cand, blk), shadow_probs
+
+    def _scatter_kept(
+        self, blk: _BlockState, kept: tuple[torch.Tensor, torch.Tensor], shape: torch.Size
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Kept `([R, n, V], [R, n])` of the forward's rows as full-batch `([B, n, V], [B, n])`
+        (other rows zero: they are frozen at this step, so `_keep` keeps their earlier values)."""
+        rows, batch = blk.rows, shape[0]
+        logits = kept[0].new_zeros(batch, *kept[0].shape[1:]).index_copy(0, rows, kept[0])  # [B, n, V]
+        lse = kept[1].new_zeros(batch, *kept[1].shape[1:]).index_copy(0, rows, kept[1])  # [B, n]
+        return logits, lse
+
+    def _keep(self, blk: _BlockState, kept: tuple[torch.Tensor, torch.Tensor]) -> None:
+        """This forward's span distribution as the previous one of the next step. Across blocks,
+        each row keeps the one of its last active forward (a frozen row's forward never counts)."""
+        if self.sees_ahead and blk.kept is not None:
+            live = blk.active[:, None]  # [B, 1]
+            kept = (
+                torch.where(live[..., None], kept[0], blk.kept[0]),  # [B, S, V]
+                torch.where(live, kept[1], blk.kept[1]),  # [B, S]
+            )
+        blk.kept = kept
+        if self.sees_ahead:
+            self.last_kept = kept
+
+    def _keep_ahead(self, canvas: torch.Tensor, blk: _BlockState, later: torch.Tensor) -> None:
+        """The next block's distribution at this forward (`later`: `[R, bl, V]`), kept for each row
+        that is active at this step."""
+        bl = self.layout.block_length
+        ahead = slice(blk.span.stop, blk.span.stop + bl)
+        if blk.all_rows:
+            kept = self.propose.keep(later, canvas, ahead)  # [B, bl, V], [B, bl]
+        else:
+            kept = self._scatter_kept(blk, self.propose.keep(later, canvas[blk.rows], ahead), canvas.shape)
+        if blk.saw_ahead is None:  # the block's first forward: earlier blocks' slots are never read again
+            self.ahead_kept, blk.saw_ahead = kept, blk.active.clone()
+        else:
+            assert self.ahead_kept is not None
+            live = blk.active[:, None]  # [B, 1]
+            self.ahead_kept = (
+                torch.where(live[..., None], kept[0], self.ahead_kept[0]),  # [B, bl, V]
+                torch.where(live, kept[1], self.ahead_kept[1]),  # [B, bl]
+            )
+            blk.saw_ahead = blk.saw_ahead | blk.active
+        self.saw_ahead = blk.saw_ahead
+
+    @staticmethod
+    def _without_previous(cand: CandidateStats, blk: _BlockState) -> CandidateStats:
+        """`"kl"` is `+inf` on the rows that had no previous forward (the block's first step only)."""
+        if blk.no_prev is None or cand.kl is None:
+            return cand
+        kl = torch.where(blk.no_prev[:, None], torch.inf, cand.kl)  # [B, S]
+        blk.no_prev = None
+        return cand._replace(kl=kl)
 
     def _context(
         self,
@@ -471,7 +563,10 @@ class _Loop:
             s.step(ctx if not blk.states[i] else ctx.with_state(blk.states[i]))
             for i, s in enumerate(self.strategies)
         ]
-        blk.states = [r.state if r.state is not None else {} for r in results]
+        blk.states = [
+            _carry_state(old, r.state, blk.active) if carry else (r.state if r.state is not None else {})
+            for old, r, carry in zip(blk.states, results, self.carries)
+        ]
         commit, edit, new = _combine(results, ctx.tokens)
         return commit & blk.active[:, None], edit & blk.active[:, None], new  # [B, S] each
 
@@ -527,4 +622,21 @@ class _Loop:
         self.stream.confirm(
             canvas, (blk.block + 1 - self.plan.needs.window) * bl
         )  # window blocks may still be edited
+        self.states = blk.states
         return bool((self.finished | ~layout.rows_in_block(blk.block + 1)).all())
+
+
+def _carry_state(old: dict[str, torch.Tensor], new: Any, active: torch.Tensor) -> dict[str, torch.Tensor]:
+    """A history-across-blocks strategy's state after a step: each active row's new state, each
+    frozen row's old one (`active`: `[B]`), so a row's state is that of its last active step."""
+    if new is None:  # "keeps no state"
+        return {}
+    out = {}
+    for key, value in new.items():
+        before = old.get(key)
+        if before is None or before.shape != value.shape:  # a new entry, or the span changed width
+            out[key] = value
+        else:
+            live = active.view(-1, *([1] * (value.dim() - 1)))  # [B, 1, ...]
+            out[key] = torch.where(live, value, before)
+    return out

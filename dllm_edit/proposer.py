@@ -29,6 +29,7 @@ from transformers import (
 
 from dllm_edit.config import EditGenerationConfig
 from dllm_edit.kernels import CandidateStats, candidate_stats, candidates
+from dllm_edit.kernels.candidates import filter_top_p
 from dllm_edit.special_tokens import SpecialTokens
 from dllm_edit.strategies import AdjacentRepeatPenalty
 
@@ -86,6 +87,7 @@ class Proposer:
         generator: torch.Generator | None = None,
         device: torch.device | str = "cpu",
         stats: frozenset[str] = frozenset(),
+        top_p_first: bool = False,
     ) -> None:
         self.mask = special.mask
         self.stats = frozenset(stats)
@@ -96,7 +98,10 @@ class Proposer:
         # with transformers' warpers the kernel only samples; else it applies top-k / top-p itself
         self.top_k = None if self.warpers else filters.get("top_k")
         self.top_p = None if self.warpers else filters.get("top_p")
+        # Dream's order (`Needs.top_p_first`): the nucleus is cut before top-k, here, not in the kernel
+        self.top_p_first = bool(top_p_first and self.top_k and self.top_p)
         self.generator = generator
+        self._scratch: torch.Generator | None = None  # draws of `keep`, never read
         self.suppress = (special.mask,) if config.suppress_mask_token else ()
         self.stutter = AdjacentRepeatPenalty(config.repeat_penalty) if config.repeat_penalty > 0 else None
         self.processors = [
@@ -123,6 +128,34 @@ class Proposer:
         Returns:
             `CandidateStats` with `[B, S]` fields (the statistics not asked for are None).
         """
+        logits, options = self._prepare(logits, canvas, span)  # [B, S, V]
+        if self.stats:
+            return candidate_stats(logits, self.stats, canvas[:, span], prev, **options)  # [B, S] fields
+        tokens, probs = candidates(logits, **options)  # [B, S], [B, S]
+        return CandidateStats(token=tokens, prob=probs)
+
+    def keep(
+        self, logits: torch.Tensor, canvas: torch.Tensor, span: slice
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The distribution `"kl"` would compare the next forward with, for slots no strategy reads
+        at this step (the block ahead, `Needs.across_blocks`): the same processing as `__call__`,
+        kept as `(kept_logits [B, S, V], kept_lse [B, S])`. At temperature > 0 the pass draws from a
+        scratch generator of its own, so the call's `generator` gives the same draws as without it.
+        """
+        logits, options = self._prepare(logits, canvas, span)  # [B, S, V]
+        if options["temperature"] > 0:
+            if self._scratch is None or self._scratch.device != logits.device:
+                self._scratch = torch.Generator(device=logits.device)
+            options["generator"] = self._scratch
+        out = candidate_stats(logits, {"kl"}, None, None, **options)
+        assert out.kept_logits is not None and out.kept_lse is not None  # "kl" keeps them
+        return out.kept_logits, out.kept_lse
+
+    def _prepare(
+        self, logits: torch.Tensor, canvas: torch.Tensor, span: slice
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
+        """The span's logits after the stutter guard, the processors and the warpers (`[B, S, V]`),
+        and the candidate kernel's options."""
         if self.stutter is not None:
             tokens = canvas[:, span]  # [B, S]
             left = (
@@ -143,14 +176,19 @@ class Proposer:
             for warper in self.warpers:
                 flat = warper(None, flat)
             logits, temperature = flat.reshape(batch, width, vocab), 1.0  # [B, S, V], already scaled
+        top_p = self.top_p
+        if self.top_p_first:  # Dream: temperature, then top-p, then top-k (the kernel does top-k first)
+            batch, width, vocab = logits.shape
+            flat = logits.reshape(batch * width, vocab).to(torch.float32) / temperature  # [B*S, V]
+            if self.suppress:
+                flat = flat.index_fill(-1, torch.tensor(self.suppress, device=flat.device), -float("inf"))
+            logits = filter_top_p(flat, float(top_p)).reshape(batch, width, vocab)  # type: ignore[arg-type]
+            temperature, top_p = 1.0, None  # [B, S, V] already scaled
         options: dict[str, Any] = dict(
             temperature=temperature,
             top_k=self.top_k,
-            top_p=self.top_p,
+            top_p=top_p,
             generator=self.generator,
             suppress_ids=self.suppress,
         )
-        if self.stats:
-            return candidate_stats(logits, self.stats, canvas[:, span], prev, **options)  # [B, S] fields
-        tokens, probs = candidates(logits, **options)  # [B, S], [B, S]
-        return CandidateStats(token=tokens, prob=probs)
+        return logits, options

@@ -12,7 +12,13 @@ from dllm_edit.layout import BLOCK_STARTS, CanvasLayout
 
 
 class ForwardSession(Protocol):
-    """Per-`generate` state of an adapter (its KV cache, if any)."""
+    """Per-`generate` state of an adapter (its KV cache, if any).
+
+    Optional: a session whose forwards also predict the blocks after the active one sets
+    `sees_ahead = True` and takes `logits(canvas, block, window, ahead=n)`, returning those `n`
+    blocks' logits after the span's (`[R, (window + 1 + n) * bl, V]`); the loop asks for them only
+    when a strategy keeps its history across blocks (`Needs.across_blocks`) and reads `"kl"`.
+    """
 
     def logits(self, canvas: torch.Tensor, block: int, window: int) -> torch.Tensor:
         """Logits `[R, (window + 1) * bl, V]` of the session's rows, for the window blocks followed by

@@ -51,8 +51,11 @@ class _BidirectionalSession:
 
     Slots before `lead`, the smallest offset among the rows, are padding in every row: they are
     left out of the forward, so a row decoded alone (or the least padded row of a batch) is run on
-    exactly its own canvas, with no padding slot at all.
+    exactly its own canvas, with no padding slot at all. Its forwards predict the blocks ahead too
+    (`sees_ahead`): `logits(..., ahead=n)` appends the next `n` blocks' logits.
     """
+
+    sees_ahead = True
 
     def __init__(self, model: Any, layout: CanvasLayout) -> None:
         self.model = checked_forward(model)
@@ -102,11 +105,13 @@ class _BidirectionalSession:
             kwargs["use_cache"] = False
         return self.model(**kwargs).logits  # [R, T - lead, V]
 
-    def logits(self, canvas: torch.Tensor, block: int, window: int) -> torch.Tensor:
+    def logits(self, canvas: torch.Tensor, block: int, window: int, ahead: int = 0) -> torch.Tensor:
+        """Logits `[R, (window + 1 + ahead) * bl, V]`: the window blocks, the active `block`, and the
+        `ahead` blocks after it (which must exist)."""
         bl = self.layout.block_length
         logits = self.forward_canvas(canvas)  # [R, T - lead, V]
         start = (block - window) * bl - self.lead  # generated blocks never start before `lead`
-        return logits[:, start : start + (window + 1) * bl]  # [R, (window + 1) * bl, V]
+        return logits[:, start : start + (window + 1 + ahead) * bl]  # [R, (window + 1 + ahead) * bl, V]
 
 
 class ApproxCacheBidirectionalAdapter(BidirectionalAdapter):
@@ -162,7 +167,7 @@ class _ApproxCacheSession(_BidirectionalSession):
         if block * self.layout.block_length < self.prefix:
             self.block = None  # refresh at the next step
 
-    def logits(self, canvas: torch.Tensor, block: int, window: int) -> torch.Tensor:
+    def logits(self, canvas: torch.Tensor, block: int, window: int, ahead: int = 0) -> torch.Tensor:
         from transformers import DynamicCache
 
         from .cache import crop_to
@@ -195,4 +200,4 @@ class _ApproxCacheSession(_BidirectionalSession):
         logits = self.model(**kwargs).logits  # [R, Q, V]
         crop_to(self.cache, span_start)  # keep the prefix only
         self.prefix = span_start
-        return logits[:, span_start - start : span_stop - start]  # [R, S, V]
+        return logits[:, span_start - start : span_stop + ahead * bl - start]  # [R, S + ahead * bl, V]

@@ -114,8 +114,11 @@ class _DualCacheSession(_BidirectionalSession):
     """Refresh (whole canvas, every slot cached) or span-only forward on the cached prefix and suffix.
 
     The cache holds canvas slots `[origin, T)`: `origin` is the `lead` of the last refresh, moved
-    up when rows leave the batch (their padding slots are dropped from the cache).
+    up when rows leave the batch (their padding slots are dropped from the cache). A cached step
+    runs only the span, so its forwards do not predict the blocks ahead (`sees_ahead` is False).
     """
+
+    sees_ahead = False
 
     def __init__(self, model: Any, layout: CanvasLayout, refresh_every: int | None) -> None:
         super().__init__(model, layout)
@@ -162,7 +165,9 @@ class _DualCacheSession(_BidirectionalSession):
         if block * self.layout.block_length < self.span_start:
             self.stale = True
 
-    def logits(self, canvas: torch.Tensor, block: int, window: int) -> torch.Tensor:
+    def logits(self, canvas: torch.Tensor, block: int, window: int, ahead: int = 0) -> torch.Tensor:
+        if ahead:  # `sees_ahead` is False: the loop never asks
+            raise ValueError("the dual cache's cached steps run only the span, not the blocks ahead")
         bl = self.layout.block_length
         span_start, span_stop = (block - window) * bl, (block + 1) * bl
         if block != self.block:

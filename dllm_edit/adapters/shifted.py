@@ -99,9 +99,9 @@ class _ShiftedSession(_BidirectionalSession):
         # the parent calls `self.model(**kwargs).logits`: route it through the `.logits` check
         self.model = checked_forward(model)
 
-    def logits(self, canvas: torch.Tensor, block: int, window: int) -> torch.Tensor:
+    def logits(self, canvas: torch.Tensor, block: int, window: int, ahead: int = 0) -> torch.Tensor:
         bl = self.layout.block_length
         full = self.forward_canvas(canvas)  # [R, T - lead, V], slots lead..T
-        slots = torch.arange((block - window) * bl, (block + 1) * bl, device=canvas.device)  # [S]
+        slots = torch.arange((block - window) * bl, (block + 1 + ahead) * bl, device=canvas.device)  # [S]
         first_slot = self.layout.offsets.to(canvas.device)[self.rows]  # [R] each row's own slot 0
         return previous_position_outputs(full, first_slot - self.lead, slots - self.lead)  # [R, S, V]

@@ -84,14 +84,19 @@ class StepContext:
             previous step of the block (tensors with the batch as first dim); empty at a block's
             first step. The loop owns it and resets it at every block; a row that stops being
             active stays inactive for the rest of the block, so its state is never read again.
+            A strategy whose `Needs` has `across_blocks=True` gets it back across blocks instead:
+            at a block's first step, each row's state of its last active step (empty only at the
+            run's first step); steps where a row is frozen never change it.
         stats: the per-slot inputs the run's strategies declared (`Needs.stats`,
             `Needs.shadow_block`), FloatTensors `[B, S]` by name; read them with `stat(name)`.
             Statistics are of the candidate's distribution (filtered, temperature-scaled):
             `"current_prob"`, the probability of the token at each position (`tokens`, meaningless
             at masks); `"top_prob"` / `"second_prob"`, the two largest probabilities (equal when
-            they tie); `"entropy"` in nats; `"kl"`, `KL(p_t || p_{t-1})` to the previous forward of
-            the block at the slot (`+inf` at a block's first step); `"shadow_prob"`, the probability
-            of each active-block slot's token under WINO's shadow block.
+            they tie); `"entropy"` in nats; `"kl"`, `KL(p_t || p_{t-1})` to the row's previous forward
+            at the slot (`+inf` at a block's first step, unless a strategy of the run declares
+            `Needs(across_blocks=True)` and the previous forward predicted the slot);
+            `"shadow_prob"`, the probability of each active-block slot's token under WINO's shadow
+            block.
 
     The earlier keyword names `current_probs`, `top_probs`, `second_probs`, `entropy`, `kl_prev`
     and `shadow_probs` are still accepted by the constructor and readable as attributes (None
@@ -219,7 +224,8 @@ class StepResult:
         edit: BoolTensor `[B, S]`, written positions to rewrite (the set Δ).
         tokens: LongTensor `[B, S]`, the tokens to write where `commit | edit`.
         state: the strategy's per-row state after this step (tensors with the batch as first dim),
-            handed back as `StepContext.state` at the next step of the block; None keeps no state.
+            handed back as `StepContext.state` at the next step of the block (and across blocks
+            with `Needs(across_blocks=True)`); None keeps no state.
     """
 
     commit: torch.Tensor

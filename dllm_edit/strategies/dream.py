@@ -18,6 +18,10 @@ from .selection import confidence, confidence_stats, masked_in_block, top_k_mask
 #: `entropy`: minus the entropy).
 DREAM_ALGS = ("origin", "maskgit_plus", "topk_margin", "entropy")
 
+#: The order of the top-k and top-p filters: Dream's `sample_tokens` (top-p, then top-k), or the
+#: candidate kernel's and transformers' (top-k, then top-p).
+DREAM_FILTER_ORDERS = ("top_p_first", "top_k_first")
+
 #: Dream's confidence orders as the shared confidence kinds (`dllm_edit.strategies.selection`).
 DREAM_CONFIDENCE = {"maskgit_plus": "confidence", "topk_margin": "margin", "entropy": "entropy"}
 
@@ -71,7 +75,11 @@ class DreamUnmask(Strategy):
 
     With timesteps `t_j = linspace(1, eps, steps + 1)[j]`, step `j` of a block holding `m` masks
     fills `k_j = floor(m * (1 - t_{j+1} / t_j))` of them, and all the rest at the last step
-    (`j = steps - 1`), so a block takes exactly `steps` forwards (a step may fill none). Which ones:
+    (`j = steps - 1`). With a confidence order a block takes exactly `steps` forwards (a step may
+    fill none; every step before the last leaves at least one mask, `m - floor(m (1 - s/t)) >= 1`).
+    With `alg="origin"` a block ends at the step that draws its last mask, as every block ends once
+    it holds no mask (after `max_post_steps` post steps), while Dream's code spends its remaining
+    forwards on a canvas without masks, writing nothing: the same tokens, fewer forwards. Which ones:
 
     * `alg="origin"`: each mask independently with probability `1 - t_{j+1} / t_j` (1 at the last
       step), drawn from `ctx.generator`;
@@ -91,6 +99,15 @@ class DreamUnmask(Strategy):
     `alg_temp`); here from `ctx.generator`, one draw per slot of the span. `torch.multinomial`
     raises when fewer masks than `k_j` have a non-zero probability; here they are taken by slot.
 
+    Sampling (temperature > 0) with both `top_k` and `top_p` filters as Dream's `sample_tokens`
+    does, top-p first, then top-k (`filter_order="top_p_first"`, declared in `Needs.top_p_first`);
+    the candidate kernel's order, top-k first (transformers'), keeps fewer tokens (`"top_k_first"`).
+    Exact ties at the cut are common with a filter: a slot whose nucleus is one token has confidence
+    exactly 1 and entropy exactly 0, so with Dream's README settings (temperature 0.2, top-p 0.95,
+    `entropy`) many slots tie. They go to the lower slot, deterministic and the same in a batch as
+    alone; the reference's `torch.topk` leaves their order unspecified (it is not even the same in
+    float32 and float64), so no rule reproduces it on every tie.
+
     Args:
         alg: one of `DREAM_ALGS` (default `"entropy"`, Dream's README setting; its code defaults to
             `"origin"`).
@@ -98,6 +115,8 @@ class DreamUnmask(Strategy):
         steps: forwards per block (>= 1); None: the block's masks at its first step (one token per
             step on average: Dream's `steps = max_new_tokens` setting).
         eps: the final timestep, in (0, 1) (default 1e-3, Dream's).
+        filter_order: with both `top_k` and `top_p` set, `"top_p_first"` (Dream's) or
+            `"top_k_first"` (the kernel's and transformers', the behaviour before this field).
 
     Examples:
         >>> import torch
@@ -118,6 +137,7 @@ class DreamUnmask(Strategy):
     alg_temp: float | None = None
     steps: int | None = None
     eps: float = 1e-3
+    filter_order: str = "top_p_first"
 
     unmasks = True
     sweep = ("steps", (None, 16, 8, 4))
@@ -152,18 +172,20 @@ class DreamUnmask(Strategy):
             hint="Dream's final timestep, 1e-3 by default",
         )
         object.__setattr__(self, "eps", eps)
+        fields.choice("DreamUnmask", "filter_order", self.filter_order, DREAM_FILTER_ORDERS)
 
     def requires(self) -> Needs:
-        """The statistics of the confidence order; a block takes exactly `steps` forwards, possibly
+        """The statistics of the confidence order; a block takes up to `steps` forwards, possibly
         more than its masks, and the schedule can fill no mask at a step (e.g. the first of
         `steps = masks`: floor(n (1 - eps) / n) = 0); the drawn orders (`origin`, `alg_temp > 0`)
-        draw over the batch's `[B, S]`."""
+        draw over the batch's `[B, S]`; Dream's filter order."""
         stats = confidence_stats(DREAM_CONFIDENCE[self.alg]) if self.alg != "origin" else frozenset()
         return Needs(
             stats=stats,
             extra_forwards=self.steps or 0,
             progress_every_step=False,
             batch_independent=self.alg != "origin" and not self.alg_temp,
+            top_p_first=self.filter_order == "top_p_first",
         )
 
     def step(self, ctx: StepContext) -> StepResult:

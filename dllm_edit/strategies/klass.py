@@ -6,7 +6,9 @@ at consecutive forwards, `KL(p_t || p_{t-1})`, has been below `kl_threshold` (st
 the last `history_length` forwards. Every ready slot is unmasked (`unmask_strategy="all"`), or only
 one of them; when no slot is ready, the `k` most confident masked slots are, `k` being LLaDA-1's
 quota. The KL values come from the candidate pass (`needs_stats` holds `"kl"`); the last
-`history_length` of them live in the per-row state, which the loop resets at every block.
+`history_length` of them live in the per-row state. With `history="canvas"` (the authors' code) the
+previous distribution lives across blocks (`Needs.across_blocks`), so a block's first forward is
+compared with the last forward of the block before; `history="block"` restarts it at every block.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ from .selection import at_step, llada_quota, masked_in_block, masked_ranks, top_
 
 #: How KLASS picks among the ready slots (the official code's `unmask_strategy`).
 KLASS_UNMASK_STRATEGIES = ("all", "max_conf", "min_kl", "random")
+
+#: How far KLASS's history reaches: the whole run (the authors' code) or one block.
+KLASS_HISTORIES = ("canvas", "block")
 
 
 def stable_history(history: torch.Tensor | None, kl: torch.Tensor, length: int) -> torch.Tensor:
@@ -49,6 +54,42 @@ def stable_history(history: torch.Tensor | None, kl: torch.Tensor, length: int) 
     return torch.cat([history[..., 1:], kl[..., None]], dim=-1)  # [B, S, h]
 
 
+def block_history(ctx: StepContext, kl: torch.Tensor) -> torch.Tensor | None:
+    """The KL history KLASS reads at this step: the state's, restarted (`+inf`) on the rows whose
+    history was written in an earlier block (`state["kl_block"]`). With `history="canvas"` the loop
+    hands the state back across blocks; the authors' gate reads no entry of an earlier block, so
+    neither does KLASS.
+
+    Args:
+        ctx: the step's context (`state["kl_history"]`: FloatTensor `[B, S, h]`, and
+            `state["kl_block"]`: LongTensor `[B]`, the block it was written in; either may be absent).
+        kl: FloatTensor `[B, S]`, this step's KL (its shape is the span's).
+
+    Returns:
+        FloatTensor `[B, S, h]`, or None when there is no history of this span's width.
+
+    Examples:
+        >>> import torch
+        >>> from dllm_edit.strategies import StepContext
+        >>> ctx = StepContext(
+        ...     tokens=torch.zeros(2, 1, dtype=torch.long), masked=torch.ones(2, 1, dtype=torch.bool),
+        ...     editable=torch.zeros(2, 1, dtype=torch.bool), in_block=torch.ones(1, dtype=torch.bool),
+        ...     cand_tokens=torch.zeros(2, 1, dtype=torch.long), cand_probs=torch.ones(2, 1),
+        ...     step=torch.tensor([0, 3]), block_index=1, active=torch.ones(2, dtype=torch.bool),
+        ...     state={"kl_history": torch.full((2, 1, 2), 0.5), "kl_block": torch.tensor([0, 1])})
+        >>> block_history(ctx, torch.zeros(2, 1))[:, 0].tolist()  # row 0's history is of block 0
+        [[inf, inf], [0.5, 0.5]]
+    """
+    history = ctx.state.get("kl_history")
+    if history is None or history.shape[:-1] != kl.shape:  # none yet, or a span of another width
+        return None
+    written = ctx.state.get("kl_block")  # [B]
+    if written is None:  # a hand-built state: of this block
+        return history
+    earlier = (written != ctx.block_index)[:, None, None]  # [B, 1, 1]
+    return torch.where(earlier, torch.inf, history)  # [B, S, h]
+
+
 @dataclass(frozen=True)
 class KLASS(Strategy):
     """KLASS: unmask the masked slots that are confident and KL-stable; else LLaDA-1's top-k.
@@ -63,12 +104,25 @@ class KLASS(Strategy):
 
     Matches `shkim0116/KLASS:src/model/llada_klass.py:stable_confident_decode` (@ad87ecb) with
     `alg="klass"` and the defaults of its `scripts/*.sh` (τ_c = 0.6, κ = 0.015, h = 2, steps =
-    gen_length, i.e. one token per fallback step), tokens and forwards, on the first block. Where it
-    differs: the reference keeps its KL history and previous distribution across blocks (the first
-    forward of a block is compared with the last forward of the previous one), while dllm_edit's
-    loop only sees the active block's distributions and resets the history per block, so a slot of
-    a later block can be ready one forward later than there; the reference ends a block after
-    `steps` forwards even with masks left (they stay masks), dllm_edit keeps filling it.
+    gen_length, i.e. one token per fallback step), tokens and forwards, over every block. The
+    reference keeps its previous distribution over the whole canvas: a block's first forward is
+    compared with the last forward of the block before (where the slots were still masks ahead).
+    `history="canvas"` (the default) does the same, on adapters whose forwards see the blocks ahead
+    (bidirectional, shifted, masked LM); `history="block"` restarts the comparison at every block
+    (the first forward of a block has no previous one), the behaviour of releases before it. The
+    reference also carries its KL history across blocks, but reads it only from a block's step
+    `h - 1` on, when all `h` entries come from the block's own forwards: so the history restarts at
+    every block in both variants, with the same decisions.
+
+    Where it differs: the reference compares the run's first forward (with `carry_across_blocks`
+    off, every block's) with an all-zero distribution, whose KL is `Σ p log(p + 1e-12) + 27.63 ≈
+    27.63 − H(p) ≥ 27.63 − log V`; dllm_edit counts a missing previous forward as `+inf`, the same
+    decision whenever `κ ≤ 27.63 − log V` (15.9 for LLaDA's 126,464 tokens, 15.7 for Dream's
+    152,064), i.e. for any κ in use (the paper's is 0.015). When the fallback's quota exceeds the
+    masks left (ready steps committed more than the quota), the reference's top-k picks slots of
+    confidence `-inf` too and rewrites written (even prompt) tokens with their argmax; dllm_edit
+    commits only masks, since an unmasking rule never rewrites text. The reference ends a block
+    after `steps` forwards even with masks left (they stay masks), dllm_edit keeps filling it.
 
     Args:
         conf_threshold: τ_c in [0, 1] (float or Schedule); ready needs `c > τ_c`.
@@ -77,6 +131,9 @@ class KLASS(Strategy):
         unmask_strategy: `"all"`, `"max_conf"`, `"min_kl"` or `"random"`.
         steps: None (one token per fallback step) or the forwards per block LLaDA-1's quota spreads
             the block's masks over (the reference's `steps // num_blocks`).
+        history: `"canvas"` (the authors' code: a block's first forward is compared with the last
+            forward of the previous block) or `"block"` (every block starts without a previous
+            forward, so no slot is KL-stable before its block's forward `h + 1`).
 
     Examples:
         >>> import torch
@@ -97,6 +154,7 @@ class KLASS(Strategy):
     history_length: int = 2
     unmask_strategy: str = "all"
     steps: int | None = None
+    history: str = "canvas"
 
     unmasks = True
     sweep = ("conf_threshold", (0.9, 0.8, 0.7, 0.6, 0.5))
@@ -118,6 +176,7 @@ class KLASS(Strategy):
             "KLASS", "history_length", self.history_length, "forwards a slot must stay KL-stable, e.g. 2"
         )
         fields.choice("KLASS", "unmask_strategy", self.unmask_strategy, KLASS_UNMASK_STRATEGIES)
+        fields.choice("KLASS", "history", self.history, KLASS_HISTORIES)
         fields.optional_int(
             "KLASS",
             "steps",
@@ -127,13 +186,13 @@ class KLASS(Strategy):
         )
 
     def requires(self) -> Needs:
-        return Needs(stats={"kl"})
+        return Needs(stats={"kl"}, across_blocks=self.history == "canvas")
 
     def step(self, ctx: StepContext) -> StepResult:
         masked = masked_in_block(ctx)  # [B, S]
         conf = ctx.cand_probs  # [B, S]
         kl = ctx.stat("kl").to(torch.float32)  # [B, S]
-        history = stable_history(ctx.state.get("kl_history"), kl, self.history_length)  # [B, S, h]
+        history = stable_history(block_history(ctx, kl), kl, self.history_length)  # [B, S, h]
         stable = (history < self.kl_threshold).all(-1)  # [B, S]
         ready = masked & stable & (conf > at_step(self.conf_threshold, ctx)[:, None])  # [B, S]
         if self.unmask_strategy == "all":
@@ -152,5 +211,5 @@ class KLASS(Strategy):
             commit=commit,
             edit=torch.zeros_like(commit),
             tokens=ctx.cand_tokens,
-            state={"kl_history": history},
+            state={"kl_history": history, "kl_block": torch.full_like(ctx.step, ctx.block_index)},
         )

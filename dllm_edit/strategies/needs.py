@@ -48,6 +48,18 @@ class Needs:
             unless `remasks`); False for rules whose schedule may fill none at a step.
         batch_independent: a row decodes the same in a batch as alone, draw for draw; False for
             rules that draw one `[B, S]` sample per step (equal in distribution only).
+        across_blocks: the rule's history spans the whole run, not one block (opt-in; KLASS's
+            `history="canvas"`): (1) the per-row `state` it returns is handed back at the row's next
+            step even across a block boundary (at a block's first step, the state of the row's last
+            *active* step of the previous block; steps where a row is frozen never change its
+            state, so a row decodes the same in a batch as alone); (2) with `"kl"`, a block's first
+            forward is compared with the row's previous forward wherever that forward predicted the
+            slot: on adapters whose forwards see the blocks ahead (bidirectional, shifted, masked
+            LM, the approximate prefix cache) the loop keeps the previous forward's distribution of
+            the next block too; elsewhere (block-causal, dual cache, WINO's shadow block) no earlier
+            forward predicted the block and `"kl"` is `+inf` at its first step, as without it.
+        top_p_first: with both `top_k` and `top_p` set, the candidate pass filters top-p first,
+            then top-k (Dream's `sample_tokens`); otherwise top-k first (transformers' order).
 
     Examples:
         >>> a = Needs(stats={"entropy"}, extra_forwards=2)
@@ -65,6 +77,8 @@ class Needs:
     vocab_size: int | None = None
     progress_every_step: bool | None = None
     batch_independent: bool = True
+    across_blocks: bool = False
+    top_p_first: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stats", resolve_stats("Needs", self.stats, companions=False))
@@ -75,7 +89,7 @@ class Needs:
         size = self.vocab_size
         if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
             raise ValueError(f"`vocab_size` of Needs must be None or an int >= 1, got {size!r}.")
-        for name in ("shadow_block", "remasks", "batch_independent"):
+        for name in ("shadow_block", "remasks", "batch_independent", "across_blocks", "top_p_first"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"`{name}` of Needs must be a bool, got {getattr(self, name)!r}.")
         if self.progress_every_step is None:
@@ -99,9 +113,10 @@ class Needs:
 def merge_needs(needs: Iterable[Needs]) -> Needs:
     """The needs of running several strategies in one loop (or one rule and its parts).
 
-    Statistics are united, the window is the largest, the shadow block and re-masking are needed if
-    any part needs them, extra forwards add up (each part may spend its own), the claims hold only
-    if every part makes them, and vocabulary sizes must agree.
+    Statistics are united, the window is the largest, the shadow block, re-masking, a history
+    across blocks and Dream's filter order are needed if any part needs them, extra forwards add
+    up (each part may spend its own), the claims hold only if every part makes them, and
+    vocabulary sizes must agree.
 
     Raises:
         ValueError: two parts are sized for different vocabularies.
@@ -132,6 +147,8 @@ def merge_needs(needs: Iterable[Needs]) -> Needs:
         vocab_size=sizes[0] if sizes else None,
         progress_every_step=all(bool(n.progress_every_step) for n in parts),
         batch_independent=all(n.batch_independent for n in parts),
+        across_blocks=any(n.across_blocks for n in parts),
+        top_p_first=any(n.top_p_first for n in parts),
     )
 
 

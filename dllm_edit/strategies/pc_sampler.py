@@ -3,7 +3,8 @@
 Each masked slot `i` of the active block is scored by
 `score_i = exp(-λ · pos_i) · min(-c_i · log(f(x̂_i) + 1e-9), α)`, where `c_i` is the candidate's
 probability, `x̂_i` the candidate, `f` a token-frequency prior (`dllm_edit.strategies.token_prior`)
-and `pos_i` the slot's offset from the completion's first token. The position weight steers the
+and `pos_i` the slot's offset from the active block's first slot (the same order as from the
+completion's first token, at the reference's float32 resolution). The position weight steers the
 decoding order from left to right (λ > 0), the calibration turns down tokens the corpus is full of
 (EOS, punctuation). Each step commits the `k` best-scored masked slots with LLaDA-1's fixed quota.
 """
@@ -31,15 +32,18 @@ class PCSampler(Strategy):
     `score_i = exp(-λ · pos_i) · C_i` with `C_i = min(-c_i · log(f(x̂_i) + 1e-9), α)` (no prior:
     `C_i = c_i`, position weighting only), and `k = 1` per step (`steps=None`) or LLaDA-1's quota of
     the block's masks over `steps` forwards. Slots are ranked by `log C_i - λ · pos_i`, the same order
-    without the underflow of `exp(-λ · pos)` (float32 reaches 0 past `pos ≈ 414` at λ = 0.25);
+    without the underflow of `exp(-λ · pos)` (float32 reaches 0 past `pos ≈ 414` at λ = 0.25, a
+    block longer than 414);
     ties go to the lower slot.
 
     Matches `NEUIR/PC-Sampler:src/generate.py:generate_with_pc_sampler` (@8b106b0; defaults of its
     `scripts/eval_pc_sampler.sh`: λ = 0.25, α = 10, steps = gen_length = block_length), tokens and
-    forwards. There `pos` counts from the start of the block, here (as in the paper's algorithm) from
-    the completion's start: within a block the two differ by a common factor, so the order is the
-    same. The reference's `torch.topk` breaks exact ties in no specified order, and its positions
-    past the underflow all score 0.
+    forwards. `pos` counts from the start of the active block, as there (`ctx.positions` minus the
+    block's first slot): counted from the completion's start (the paper's algorithm) the weights
+    differ by a common factor, the same order in exact arithmetic, but `λ · pos` then grows with the
+    block's offset and float32 loses the order of scores that differ by a relative 1e-6 once the
+    block is 64 or more tokens in. The reference's `torch.topk` breaks exact ties in no specified
+    order, and its positions past the underflow all score 0.
 
     Args:
         lambd: λ >= 0, the position decay (0: no position preference).
@@ -144,8 +148,8 @@ class PCSampler(Strategy):
             freq = self._frequencies(self._prior, ctx.cand_tokens)  # [B, S]
             calibrated = (-conf * torch.log(freq + _EPS)).clamp(max=self.alpha)  # [B, S]
         floor = torch.finfo(torch.float32).min
-        log_score = torch.log(calibrated.clamp_min(0)) - self.lambd * ctx.positions.to(
-            torch.float32
-        )  # [B, S]
+        first = ctx.in_block.long().argmax().view(1)  # [1] the active block's first slot
+        pos = ctx.positions - ctx.positions.index_select(-1, first)  # [B, S] from the block's start
+        log_score = torch.log(calibrated.clamp_min(0)) - self.lambd * pos.to(torch.float32)  # [B, S]
         log_score = log_score.clamp_min(floor)  # [B, S] a masked slot of score 0 still beats the others
         return StepResult.unmasking(ctx, top_k_masked(log_score, masked, llada_quota(ctx, self.steps)))

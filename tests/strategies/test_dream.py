@@ -14,6 +14,7 @@ import dllm_edit
 from dllm_edit.strategies import DreamUnmask
 from dllm_edit.strategies.dream import dream_fraction
 from tests.helpers import MASK
+from tests.helpers.llada1 import SOFT_BAG
 from tests.helpers.unmasking import BAG, commits, compare_with_port, completions, ctx_of, port_config
 from tests.references import dream as dream_ref
 
@@ -178,3 +179,66 @@ def test_dream_sampled_orders_match_the_port_draw_for_draw(alg, alg_temp):
         )
         assert torch.equal(torch.stack(completions(out, len(ids))), x[:, 3:])
         assert out.num_forwards.tolist() == [nfe] * len(ids)
+
+
+DREAM_ORDERS = ("top_p_first", "top_k_first")
+
+
+@pytest.mark.parametrize("alg", ["maskgit_plus", "topk_margin", "entropy"])
+@pytest.mark.parametrize("order", DREAM_ORDERS)
+def test_dream_filter_order_matches_the_port_draw_for_draw(alg, order):
+    # Dream's sample_tokens filters top-p, then top-k; the candidate kernel top-k, then top-p. On a
+    # soft model with top_k = 4 and top_p = 0.9 the two orders keep different tokens
+    gen, steps, seed, sampling = 8, 4, 5, dict(temperature=0.8, top_p=0.9, top_k=4)
+    cfg = port_config(
+        {"type": "dream", "alg": alg, "steps": steps, "filter_order": order}, gen, gen, **sampling
+    )
+    ids = torch.tensor([[5, 6, 7], [9, 10, 11]])  # equal lengths: the port's canvas has no padding
+    results = {}
+    for which in DREAM_ORDERS:
+        x, _ = dream_ref.generate(
+            SOFT_BAG,
+            ids,
+            mask_id=MASK,
+            gen_length=gen,
+            steps=steps,
+            alg=alg,
+            generator=torch.Generator().manual_seed(seed),
+            filter_order=which,
+            **sampling,
+        )
+        results[which] = x[:, 3:]
+    out = dllm_edit.generate(
+        SOFT_BAG, ids, generation_config=cfg, adapter="shifted", generator=torch.Generator().manual_seed(seed)
+    )
+    assert torch.equal(torch.stack(completions(out, len(ids))), results[order])
+    assert out.num_forwards.tolist() == [steps] * len(ids)
+    assert not torch.equal(results["top_p_first"], results["top_k_first"]), "the orders agree: nothing tested"
+
+
+def test_dream_filter_order_is_a_checked_field_and_declared_once():
+    assert DreamUnmask().needs.top_p_first and not DreamUnmask(filter_order="top_k_first").needs.top_p_first
+    with pytest.raises(ValueError, match="filter_order"):
+        DreamUnmask(filter_order="top_p")
+
+
+def test_dream_origin_ends_a_block_once_its_masks_are_drawn():
+    # Dream's code runs `steps` forwards whatever is left; dllm_edit ends a block with no mask left
+    # (documented): the same tokens, fewer forwards. Enough steps that every mask is drawn early.
+    gen, steps, seed = 4, 12, 3
+    cfg = port_config({"type": "dream", "alg": "origin", "steps": steps}, gen, gen, max_steps_per_block=None)
+    ids = torch.tensor([[5, 6, 7]])
+    x, nfe = dream_ref.generate(
+        BAG,
+        ids,
+        mask_id=MASK,
+        gen_length=gen,
+        steps=steps,
+        alg="origin",
+        generator=torch.Generator().manual_seed(seed),
+    )
+    out = dllm_edit.generate(
+        BAG, ids, generation_config=cfg, adapter="shifted", generator=torch.Generator().manual_seed(seed)
+    )
+    assert torch.equal(completions(out, 1)[0], x[0, 3:])
+    assert nfe == steps and int(out.num_forwards[0]) < steps

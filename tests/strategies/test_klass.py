@@ -18,7 +18,7 @@ import torch
 
 import dllm_edit
 from dllm_edit.strategies import KLASS, StepContext
-from tests.helpers import MASK, VOCAB, BagDenoiser, tiny_llama
+from tests.helpers import MASK, VOCAB, BagDenoiser, left_pad, tiny_llama
 from tests.helpers.llada1 import BAG, PROMPTS, completions, ctx_of, decode_both, llada1_config
 from tests.references import klass as ref_klass
 
@@ -183,9 +183,12 @@ def _klass_reference(model, prompt, bl, gen, carry, fields, counts=None):
 LLAMA_KLASS = dict(conf_threshold=0.05, kl_threshold=5.0, history_length=2)
 
 
+@pytest.mark.parametrize("history", ["canvas", "block"])
 @pytest.mark.parametrize("setting", range(len(KLASS_SETTINGS)), ids=["defaults", "h1", "max_conf", "min_kl"])
 @pytest.mark.parametrize("model_name", ["bag", "llama"])
-def test_klass_matches_the_reference(setting, model_name):
+def test_klass_matches_the_reference(setting, model_name, history):
+    # history="canvas" is the authors' code (previous distribution carried across blocks);
+    # history="block" is their code with both restarted per block (the behaviour before the field)
     fields = KLASS_SETTINGS[setting]
     if model_name == "llama" and fields:
         fields = {**LLAMA_KLASS, "unmask_strategy": fields.get("unmask_strategy", "all")}
@@ -195,15 +198,13 @@ def test_klass_matches_the_reference(setting, model_name):
     for bl, blocks in ((8, 1), (4, 3)):
         gen = bl * blocks
         batch, batch_forwards, alone, alone_forwards = decode_both(
-            model, KLASS(**fields), PROMPTS, bl, gen, batched_model
+            model, KLASS(**fields, history=history), PROMPTS, bl, gen, batched_model
         )
         for i, prompt in enumerate(PROMPTS):
-            # the history restarted per block, as dllm_edit's loop sees it (the documented difference);
-            # on one block that is the authors' code itself
-            expected, forwards = _klass_reference(model, prompt, bl, gen, False, fields, counts)
-            if blocks == 1:
-                authors, authors_forwards = _klass_reference(model, prompt, bl, gen, True, fields)
-                assert torch.equal(authors, expected) and authors_forwards == forwards
+            expected, forwards = _klass_reference(model, prompt, bl, gen, history == "canvas", fields, counts)
+            if blocks == 1:  # one block: the two variants are one rule
+                other, other_forwards = _klass_reference(model, prompt, bl, gen, history != "canvas", fields)
+                assert torch.equal(other, expected) and other_forwards == forwards
             assert alone[i].tolist() == expected.tolist() and alone_forwards[i] == forwards, (bl, i)
             assert batch[i].tolist() == expected.tolist() and batch_forwards[i] == forwards, (bl, i)
     if fields:
@@ -212,22 +213,89 @@ def test_klass_matches_the_reference(setting, model_name):
         )
 
 
-def test_klass_documented_difference_history_across_blocks():
-    # the authors' code compares a block's first forward with the previous block's last one and
-    # keeps the KL history across blocks; dllm_edit restarts both per block. On the first block the
-    # two agree (above); here is a later block where the carried history makes a slot ready earlier.
+def _both_histories(model, prompts, bl, gen, fields, adapter="bidirectional"):
+    """dllm_edit's completions and forwards, alone, for history="canvas" and "block"."""
+    out = {}
+    for history in ("canvas", "block"):
+        runs = [
+            dllm_edit.generate(
+                model,
+                torch.tensor([p]),
+                generation_config=llada1_config(KLASS(**fields, history=history), bl, gen).replace(
+                    block_start=None  # the adapter's own
+                ),
+                adapter=adapter,
+            )
+            for p in prompts
+        ]
+        out[history] = [(completions(r)[0].tolist(), int(r.num_forwards[0])) for r in runs]
+    return out
+
+
+def test_klass_history_across_blocks_is_the_authors_and_block_is_the_old_rule():
+    # on several blocks the carried previous distribution makes slots of later blocks ready one
+    # forward sooner: "canvas" follows the authors' code, "block" their code restarted per block
     model = BagDenoiser(vocab_size=VOCAB, sharpness=3.0, exact=True, seed=2)
+    runs = _both_histories(model, PROMPTS, 4, 12, {})
     found = False
-    for prompt in PROMPTS:
-        _, n_carried = _klass_reference(model, prompt, 4, 12, True, {})
+    for i, prompt in enumerate(PROMPTS):
+        carried, n_carried = _klass_reference(model, prompt, 4, 12, True, {})
         reset, n_reset = _klass_reference(model, prompt, 4, 12, False, {})
-        alone = dllm_edit.generate(
-            model,
-            torch.tensor([prompt]),
-            generation_config=llada1_config(KLASS(), 4, 12),
-            adapter="bidirectional",
-        )
-        assert completions(alone)[0].tolist() == reset.tolist() and int(alone.num_forwards[0]) == n_reset
-        assert n_carried <= n_reset  # the carried history can only make slots ready sooner here
+        assert runs["canvas"][i] == (carried.tolist(), n_carried)
+        assert runs["block"][i] == (reset.tolist(), n_reset)
         found |= n_carried < n_reset
-    assert found, "no prompt shows the documented difference"
+    assert found, "no prompt shows the carried history: the test would not see it"
+    assert KLASS().needs.across_blocks and not KLASS(history="block").needs.across_blocks
+
+
+def test_klass_history_across_many_blocks_batched():
+    # eight blocks, rows of different lengths in one batch (rows finish blocks at different steps,
+    # so frozen rows must keep their state and previous distribution): batch == alone, and the
+    # carried history changes decisions on this model
+    model = BagDenoiser(vocab_size=VOCAB, sharpness=3.0, exact=True, seed=2)
+    cfg = llada1_config(KLASS(), 2, 16)
+    ids, mask = left_pad(PROMPTS)
+    batch = dllm_edit.generate(
+        model, ids, attention_mask=mask, generation_config=cfg, adapter="bidirectional"
+    )
+    for i, prompt in enumerate(PROMPTS):
+        expected, forwards = _klass_reference(model, prompt, 2, 16, True, {})
+        assert completions(batch)[i].tolist() == expected.tolist() and int(batch.num_forwards[i]) == forwards
+
+
+def test_klass_history_across_blocks_needs_an_adapter_that_sees_ahead():
+    # a block-causal forward never predicts the blocks ahead: no previous distribution exists at a
+    # block's first forward, so "canvas" decodes as "block" there
+    model = tiny_llama("eager", seed=2)
+    runs = _both_histories(model, PROMPTS, 4, 12, LLAMA_KLASS, adapter="block_causal")
+    assert runs["canvas"] == runs["block"]
+
+
+def test_klass_canvas_history_restarts_its_kl_history_at_a_new_block():
+    # the state the loop hands back across blocks: rows whose history was written in an earlier
+    # block start afresh (the authors' gate reads no entry of an earlier block)
+    history = torch.full((2, 2, 2), 0.001)
+    ctx = ctx_of(
+        [[0.9, 0.2], [0.9, 0.2]],
+        kl_prev=torch.full((2, 2), 0.001),
+        step=torch.tensor([0, 2]),
+        block_index=1,
+        state={"kl_history": history, "kl_block": torch.tensor([0, 1])},
+    )
+    out = KLASS().step(ctx)
+    assert out.commit.tolist() == [[True, False], [True, False]]  # row 0: the top-1 fallback
+    assert out.state["kl_history"][0, 0].tolist()[0] == math.inf
+    assert out.state["kl_block"].tolist() == [1, 1]
+    assert KLASS().step(ctx).commit.tolist() == KLASS(history="block").step(ctx).commit.tolist()
+
+
+@pytest.mark.parametrize("adapter", ["bidirectional", "shifted", "bidirectional_approx_cache"])
+def test_klass_canvas_history_batch_equals_alone_on_every_adapter_that_sees_ahead(adapter):
+    model = copy.deepcopy(tiny_llama("eager", seed=2)).double()
+    cfg = llada1_config(KLASS(**LLAMA_KLASS), 4, 12)
+    ids, mask = left_pad(PROMPTS)
+    batch = dllm_edit.generate(model, ids, attention_mask=mask, generation_config=cfg, adapter=adapter)
+    for i, prompt in enumerate(PROMPTS):
+        alone = dllm_edit.generate(model, torch.tensor([prompt]), generation_config=cfg, adapter=adapter)
+        assert completions(batch)[i].tolist() == completions(alone)[0].tolist()
+        assert int(batch.num_forwards[i]) == int(alone.num_forwards[0])

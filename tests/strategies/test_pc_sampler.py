@@ -11,13 +11,20 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 
 import numpy as np
 import pytest
 import torch
 
 import dllm_edit
-from dllm_edit.strategies import PCSampler, estimate_token_prior, load_token_prior, strategy_from_dict
+from dllm_edit.strategies import (
+    PCSampler,
+    StepContext,
+    estimate_token_prior,
+    load_token_prior,
+    strategy_from_dict,
+)
 from dllm_edit.vocab import check_strategies_vocab
 from tests.helpers import MASK, VOCAB, left_pad, tiny_llama, tiny_tokenizer
 from tests.helpers.llada1 import BAG, IDS, PROMPTS, completions, ctx_of, llada1_config
@@ -227,3 +234,41 @@ def test_pc_sampler_prior_changes_the_order():
     )
     orders = [[r.commit[0].nonzero().flatten().tolist() for r in out.trace] for out in (plain, other)]
     assert orders[0] != orders[1]
+
+
+def test_pc_sampler_ranks_at_the_references_resolution_far_into_the_completion():
+    # two slots whose weighted scores differ by a relative 1e-6, in a block 1000 tokens in: the
+    # reference weights by the offset in the block (exp(-λ·j), j = 0, 1) and picks slot 1; counted
+    # from the completion's start, λ·pos ≈ 250 has a float32 spacing of 1.5e-5 and the two would tie
+    lambd = 0.25
+    c = torch.tensor([0.5, 0.5 * math.exp(lambd) * (1 + 1e-6)], dtype=torch.float32)
+    reference = torch.exp(-lambd * torch.arange(2, dtype=torch.float32)) * c  # the port's weighting
+    assert int(reference.argmax()) == 1 and reference[1] > reference[0]
+    for offset in (0, 64, 1000):
+        ctx = StepContext(
+            tokens=torch.full((1, 2), MASK),
+            masked=torch.ones(1, 2, dtype=torch.bool),
+            editable=torch.zeros(1, 2, dtype=torch.bool),
+            in_block=torch.ones(2, dtype=torch.bool),
+            cand_tokens=torch.tensor([[3, 4]]),
+            cand_probs=c[None],
+            positions=torch.tensor([[offset, offset + 1]]),
+            step=torch.tensor([0]),
+            block_index=offset // 2,
+            active=torch.tensor([True]),
+        )
+        assert PCSampler(lambd=lambd).step(ctx).commit.tolist() == [[False, True]], offset
+    # with a window before the block, positions still count from the active block's first slot
+    ctx = StepContext(
+        tokens=torch.tensor([[3, 3, MASK, MASK]]),
+        masked=torch.tensor([[False, False, True, True]]),
+        editable=torch.tensor([[True, True, False, False]]),
+        in_block=torch.tensor([False, False, True, True]),
+        cand_tokens=torch.tensor([[3, 3, 3, 4]]),
+        cand_probs=torch.cat([torch.ones(2), c])[None],
+        positions=torch.tensor([[998, 999, 1000, 1001]]),
+        step=torch.tensor([0]),
+        block_index=500,
+        active=torch.tensor([True]),
+    )
+    assert PCSampler(lambd=lambd).step(ctx).commit.tolist() == [[False, False, False, True]]

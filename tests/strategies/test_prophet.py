@@ -190,3 +190,29 @@ def test_prophet_fills_the_active_block_only():
     ours = completions(out, 1)[0]
     assert torch.equal(ours[:bl], x[0, 3 : 3 + bl])  # the first block is the reference's fill
     assert not (ours == MASK).any()
+
+
+def test_prophet_reads_the_logit_gap_past_the_float32_underflow():
+    # a top-1 / top-2 logit gap of 110: the second probability is 0 in float32 (exp(-110) < 1.4e-45),
+    # so log p1 - log p2 would be +inf and fire at any threshold; Prophet reads the gap of the logits
+    from dllm_edit.kernels import candidate_stats
+    from dllm_edit.strategies import StepContext
+
+    logits = torch.zeros(1, 3, 8)  # [B, S, V]
+    logits[..., 2] = 110.0  # every slot: a gap of 110 to the runners-up
+    out = candidate_stats(logits, {"logit_gap", "top_prob", "second_prob"})
+    assert out.second_prob.eq(0).all() and torch.allclose(out.logit_gap, torch.full((1, 3), 110.0))
+    ctx = StepContext(
+        tokens=torch.full((1, 3), MASK),
+        masked=torch.ones(1, 3, dtype=torch.bool),
+        editable=torch.zeros(1, 3, dtype=torch.bool),
+        in_block=torch.ones(3, dtype=torch.bool),
+        cand_tokens=out.token,
+        cand_probs=out.prob,
+        step=torch.tensor([0]),
+        block_index=0,
+        active=torch.tensor([True]),
+        stats=out.statistics(),
+    )
+    assert Prophet(steps=10, thresholds=(200.0, 150.0, 120.0)).step(ctx).commit.sum() == 1  # the base's top-1
+    assert Prophet(steps=10, thresholds=(100.0, 90.0, 80.0)).step(ctx).commit.all()  # fires: all
