@@ -35,7 +35,8 @@ def load(
         revision: a Hub revision.
         dtype: `"float32"`, `"bfloat16"`, `"float16"`, `"float64"` (or `bf16`, ...); None or `"auto"`:
             the checkpoint's.
-        attn_implementation: `"sdpa"` (default) or `"eager"`.
+        attn_implementation: `"sdpa"` (default) or `"eager"`; with `native=False`, the checkpoint
+            code's default unless given.
         device: where to put the model (default: where transformers loads it, the CPU).
 
     Returns:
@@ -69,11 +70,32 @@ def load(
         raise FileNotFoundError(f"No model at {name_or_path!r}: the folder has no config.json.")
     if not path.exists() and _looks_local(name_or_path):
         raise FileNotFoundError(f"No model at {name_or_path!r}: the path does not exist.")
-    model_class = native_model_class(_model_type(name_or_path, revision)) if native else None
+    config_dict = _config_dict(name_or_path, revision)
+    model_type = _model_type(config_dict)
+    model_class = native_model_class(model_type) if native else None
+    if not native and native_model_class(model_type) is not None:
+        if not trust_remote_code:
+            raise ValueError(
+                f"native=False runs {name_or_path!r}'s own modelling code instead of dllm_edit's native "
+                f"class for {model_type!r}: pass trust_remote_code=True as well (CLI: --remote-code) if "
+                "you trust the source."
+            )
+        if "AutoConfig" not in (config_dict.get("auto_map") or {}):
+            raise ValueError(
+                f"native=False: {name_or_path!r} ships no code of its own (its config.json has no "
+                "auto_map): load it with native=True, dllm_edit's class for its family."
+            )
     kwargs: dict[str, Any] = {"revision": revision, "attn_implementation": attn_implementation or "sdpa"}
     if dtype is not None:
         kwargs["dtype"] = getattr(torch, dtype)
-    if model_class is None:
+    if not native and native_model_class(model_type) is not None:
+        # transformers' Auto classes prefer an explicitly registered class (ours) even when remote code
+        # is trusted: the checkpoint's own classes are imported from its auto_map here
+        model_class, kwargs["config"] = _remote_classes(name_or_path, config_dict["auto_map"], revision)
+        kwargs["trust_remote_code"] = True
+        if attn_implementation is None:  # remote code may not declare SDPA (LLaDA's does not)
+            del kwargs["attn_implementation"]
+    elif model_class is None:
         try:
             config = AutoConfig.from_pretrained(
                 name_or_path, trust_remote_code=trust_remote_code, revision=revision
@@ -88,8 +110,8 @@ def load(
             raise
         except OSError as err:
             raise ValueError(
-                f"Could not load a model config from {name_or_path!r} ({err}). Check the path or Hub id; "
-                "without network access only local folders work."
+                f"Could not load a model config from {name_or_path!r} ({_first_line(err)}). Check the path "
+                "or Hub id; without network access only local folders work."
             ) from err
         architectures = getattr(config, "architectures", None) or []
         auto = AutoModelForMaskedLM if any(a.endswith("ForMaskedLM") for a in architectures) else None
@@ -98,8 +120,10 @@ def load(
     try:
         model = model_class.from_pretrained(name_or_path, **kwargs)
     except ValueError as err:
-        if "does not implement" in str(err):  # a config field the native class refuses
-            raise
+        if "does not implement" in str(err) or "is not implemented by" in str(
+            err
+        ):  # the native class refuses
+            raise  # a config field
         raise _weights_error(name_or_path, err) from err
     except Exception as err:  # a corrupt or partial weights file raises whatever its reader raises
         raise _weights_error(name_or_path, err) from err
@@ -109,8 +133,32 @@ def load(
     return model.eval(), tokenizer
 
 
-def _model_type(name_or_path: str, revision: str | None) -> str | None:
-    """The `model_type` of the checkpoint's config.json, read without building any class."""
+def _remote_classes(name_or_path: str, auto_map: dict[str, str], revision: str | None) -> tuple[Any, Any]:
+    """The checkpoint's own model class and config, imported from the files its `auto_map` names."""
+    from transformers.dynamic_module_utils import get_class_from_dynamic_module
+
+    reference = auto_map.get("AutoModelForCausalLM") or auto_map.get("AutoModel")
+    if reference is None:
+        raise ValueError(
+            f"native=False: {name_or_path!r}'s auto_map names no AutoModelForCausalLM / AutoModel class."
+        )
+    try:
+        config_class: Any = get_class_from_dynamic_module(
+            auto_map["AutoConfig"], name_or_path, revision=revision
+        )
+        model_class = get_class_from_dynamic_module(reference, name_or_path, revision=revision)
+        config = config_class.from_pretrained(name_or_path, revision=revision)
+    except (OSError, ImportError, AttributeError) as err:
+        raise ValueError(
+            f"native=False: could not import {name_or_path!r}'s own modelling code ({type(err).__name__}: "
+            f"{_first_line(err)}). The code files its config.json's auto_map names must be there (and "
+            "import under this transformers release); native=True loads dllm_edit's class instead."
+        ) from err
+    return model_class, config
+
+
+def _config_dict(name_or_path: str, revision: str | None) -> dict[str, Any]:
+    """The checkpoint's config.json as a dict, read without building any class."""
     from transformers import PretrainedConfig
 
     try:
@@ -120,7 +168,18 @@ def _model_type(name_or_path: str, revision: str | None) -> str | None:
             f"Could not load a model config from {name_or_path!r} ({err}). Check the path or Hub id; without "
             "network access only local folders work."
         ) from err
-    return config_dict.get("model_type")
+    return config_dict
+
+
+def _model_type(config_dict: dict[str, Any]) -> str | None:
+    """The checkpoint's `model_type`, LLaDA-MoE's hub checkpoints (which say `llada`) told apart by their
+    architecture."""
+    model_type = config_dict.get("model_type")
+    if model_type == "llada" and (
+        "LLaDAMoEModelLM" in (config_dict.get("architectures") or []) or "num_experts" in config_dict
+    ):
+        return "lladamoe"
+    return model_type
 
 
 def _load_tokenizer(name_or_path: str, revision: str | None, trust_remote_code: bool, auto: Any) -> Any:

@@ -1,9 +1,10 @@
 """Pieces every native model family shares: attention masks in any form, the attention call through
-transformers' backends, rotary embeddings, config-field checks and the Auto-class registration.
+transformers' backends (eager and SDPA), rotary embeddings, the output's cache field and config-field
+checks.
 
 The families (`dllm_edit.models.llada`, `dream`, `llada_moe`, `llada2_moe`) keep their checkpoints'
-parameter names and config fields, and compute with transformers' own functions (the attention
-backends of `ALL_ATTENTION_FUNCTIONS`, Llama's eager attention and rotary helpers, `Cache.update`).
+parameter names and config fields, and compute with transformers' own functions (SDPA from
+`ALL_ATTENTION_FUNCTIONS`, Llama's eager attention and rotary helpers, `Cache.update`).
 """
 
 from __future__ import annotations
@@ -14,11 +15,25 @@ from typing import Any
 import torch
 from torch import nn
 from transformers import PretrainedConfig
+from transformers.modeling_outputs import CausalLMOutputWithPast
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.llama.modeling_llama import eager_attention_forward, rotate_half
 
-#: Attention implementations a native class runs (flash attention takes no arbitrary 4-D mask).
-SUPPORTED_ATTENTION = ("eager", "sdpa", "flex_attention")
+#: The name of a model output's cache field in the installed transformers: `past_key_values` (4.x)
+#: or `cache` (5.2x, which warns on the old name). Forwards also take their cache under either name.
+CACHE_FIELD = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
+
+
+def cache_argument(past_key_values: Any, kwargs: dict[str, Any]) -> Any:
+    """The cache a forward was given: `past_key_values`, or `cache=` (transformers 5.2x's name),
+    taken out of `kwargs`."""
+    cache = kwargs.pop("cache", None)
+    return past_key_values if past_key_values is not None else cache
+
+
+#: Attention implementations a native class runs: flash attention takes no arbitrary 4-D mask, and
+#: transformers' flex attention takes a `BlockMask`, not the tensor masks the decoding adapters build.
+SUPPORTED_ATTENTION = ("eager", "sdpa")
 
 
 def attention_mask_4d(
@@ -34,14 +49,16 @@ def attention_mask_4d(
     Diffusion LMs attend in both directions: no mask means every query sees every key. A 2-D
     padding mask `[B, K]` (1 = token, 0 = padding) hides padding keys, as the families' remote code
     does. A 4-D mask (the decoding adapters' block-causal, full or shadow-block masks, boolean with
-    True = attend, or additive floats) is used as it is, cut to the last `key_length` keys.
+    True = attend, or additive floats) is used as it is: its width is the caller's count of the keys
+    the cache will return, which is not always past + new tokens (the dual cache writes its span in
+    place, so its keys are the canvas, not the canvas plus the span).
 
     Args:
         attention_mask: None, `[B, K]` 0/1 (any dtype), or `[B, 1, Q, K]` bool / float.
         query_length: Q, the queries of this forward.
-        key_length: K, the keys (cached ones included).
+        key_length: K, the keys (cached ones included), for a 2-D mask.
         dtype: the model's float dtype, for additive masks.
-        attn_implementation: the backend; eager takes additive floats, SDPA and flex booleans.
+        attn_implementation: the backend; eager takes additive floats, SDPA booleans.
 
     Returns:
         None (attend everywhere) or `[B, 1, Q, K]`.
@@ -67,12 +84,12 @@ def attention_mask_4d(
         keys = attention_mask.to(torch.bool)[:, None, None, :]  # [B, 1, 1, K]
         mask = keys.expand(-1, 1, query_length, key_length)  # [B, 1, Q, K]
     elif attention_mask.dim() == 4:
-        if attention_mask.shape[-2] != query_length or attention_mask.shape[-1] < key_length:
+        if attention_mask.shape[-2] != query_length:
             raise ValueError(
                 f"`attention_mask` [batch, 1, queries, keys] is {tuple(attention_mask.shape)}; this forward "
-                f"has {query_length} queries and {key_length} keys."
+                f"has {query_length} queries."
             )
-        mask = attention_mask[..., -key_length:]  # [B, 1, Q, K]
+        mask = attention_mask  # [B, 1, Q, K]
     else:
         raise ValueError(
             f"`attention_mask` must be None, 2-D [batch, keys] or 4-D [batch, 1, queries, keys], got "
@@ -88,7 +105,7 @@ def attention_function(attn_implementation: str | None) -> Callable[..., tuple[t
     """transformers' attention function for `attn_implementation` (eager: Llama's).
 
     Raises:
-        ValueError: flash attention (no arbitrary 4-D mask) or an unknown backend.
+        ValueError: flash or flex attention (no arbitrary tensor 4-D mask) or an unknown backend.
     """
     impl = attn_implementation or "eager"
     if impl == "eager":
@@ -206,8 +223,8 @@ class RMSNorm(nn.Module):
 
     Examples:
         >>> import torch
-        >>> RMSNorm(4)(torch.ones(1, 4)).tolist()
-        [[1.0, 1.0, 1.0, 1.0]]
+        >>> RMSNorm(4, eps=0.0)(torch.tensor([[3.0, -3.0, 3.0, -3.0]])).tolist()
+        [[1.0, -1.0, 1.0, -1.0]]
     """
 
     def __init__(self, hidden_size: int, eps: float = 1e-6) -> None:
