@@ -20,6 +20,7 @@ from transformers.cache_utils import Cache, DynamicCache
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 
+from dllm_edit.hf import EditGenerationMixin
 from dllm_edit.models.common import (
     CACHE_FIELD,
     RMSNorm,
@@ -252,7 +253,7 @@ class DreamBaseModel(DreamPreTrainedModel):
         )
 
 
-class DreamModel(DreamPreTrainedModel):
+class DreamModel(EditGenerationMixin, DreamPreTrainedModel):
     """Dream's language model: the decoder stack (`model`) and the unembedding (`lm_head`).
 
     The checkpoints' `architectures` name this class; it is the LM with its head (the hub's

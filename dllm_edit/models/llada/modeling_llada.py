@@ -20,6 +20,7 @@ from transformers.activations import ACT2FN
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 
+from dllm_edit.hf import EditGenerationMixin
 from dllm_edit.models.common import (
     CACHE_FIELD,
     RMSNorm,
@@ -286,7 +287,7 @@ class LLaDAModel(LLaDAPreTrainedModel):
         )
 
 
-class LLaDAModelLM(LLaDAPreTrainedModel):
+class LLaDAModelLM(EditGenerationMixin, LLaDAPreTrainedModel):
     """LLaDA-8B / LLaDA-1.5 with its output layer: the class the checkpoints' `architectures` name.
 
     Logits have `embedding_size` columns (126464 for LLaDA-8B), as the remote code's; the output

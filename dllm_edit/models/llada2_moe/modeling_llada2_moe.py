@@ -27,6 +27,7 @@ from transformers.cache_utils import Cache, DynamicCache
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 
+from dllm_edit.hf import EditGenerationMixin
 from dllm_edit.models.common import (
     CACHE_FIELD,
     RMSNorm,
@@ -374,7 +375,7 @@ class LLaDA2MoeModel(LLaDA2MoePreTrainedModel):
         return output if _return_dict(self.config, return_dict) else output.to_tuple()
 
 
-class LLaDA2MoeForCausalLM(LLaDA2MoePreTrainedModel):
+class LLaDA2MoeForCausalLM(EditGenerationMixin, LLaDA2MoePreTrainedModel):
     """LLaDA2.x with its language-modelling head (the hub checkpoints' `LLaDA2MoeModelLM`).
 
     Examples:

@@ -38,11 +38,12 @@ class LLaDAMoEConfig(PretrainedConfig):
 
     Fields the published modeling code reads but never lets change the routing, and which are
     therefore inert here too: `norm_topk_prob` (the published MoE block hard-codes `False`: the
-    top-k softmax probabilities are used as they are), `router_aux_loss_coef` (no auxiliary loss is
-    computed). `moe_router_score_function`, `routed_scaling_factor`, `router_num_group` and
-    `router_topk_group` are ignored by the published code too; values that declare another routing
-    (sigmoid scores, a scaling factor other than 1, more than one expert group) are refused, since
-    neither class would compute what they declare.
+    top-k softmax probabilities are used as they are). `router_aux_loss_coef` is the coefficient of
+    the published load-balancing loss, which dllm_edit's trainers add from the router's recorded
+    logits (the forward itself computes none). `moe_router_score_function`, `routed_scaling_factor`,
+    `router_num_group` and `router_topk_group` are ignored by the published code too; values that
+    declare another routing (sigmoid scores, a scaling factor other than 1, more than one expert
+    group) are refused, since neither class would compute what they declare.
 
     Args:
         vocab_size: vocabulary size.
@@ -70,8 +71,10 @@ class LLaDAMoEConfig(PretrainedConfig):
         clip_qkv: clamp queries, keys and values to `[-clip_qkv, clip_qkv]`, or None.
         num_experts_per_tok: experts each token is routed to (top-k).
         num_experts: routed experts per MoE layer.
-        output_router_logits: must be False (the native class returns no router logits / aux loss).
-        router_aux_loss_coef: inert (no auxiliary loss is computed).
+        output_router_logits: must be False (the forward returns no router logits: the trainers
+            record them from the router modules).
+        router_aux_loss_coef: the load-balancing loss's coefficient in dllm_edit's trainers (0 turns it
+            off).
         norm_topk_prob: inert (the published code never renormalises the top-k probabilities).
         qk_layernorm: RMSNorm over each head's queries and keys (before RoPE).
         moe_layer_freq: one entry per layer, 0 = dense MLP, other = MoE; None = every layer MoE.

@@ -21,6 +21,12 @@ from transformers.cache_utils import Cache, DynamicCache
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 
+try:  # where transformers keeps it: 5.x, then 4.x
+    from transformers.utils.output_capturing import OutputRecorder
+except ImportError:  # pragma: no cover - transformers 4.x
+    from transformers.utils.generic import OutputRecorder  # type: ignore[no-redef, attr-defined]
+
+from dllm_edit.hf import EditGenerationMixin
 from dllm_edit.models.common import (
     CACHE_FIELD,
     RMSNorm,
@@ -79,6 +85,11 @@ class LLaDAMoEMLP(nn.Module):
         return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))  # [..., H]
 
 
+class LLaDAMoERouter(nn.Linear):
+    """The router's linear layer (`mlp.gate`), a class of its own so the trainers can record its
+    logits `[N, E]` (`_can_record_outputs["router_logits"]`) for the load-balancing loss."""
+
+
 class LLaDAMoESparseMoeBlock(nn.Module):
     """Top-k routed experts, as the published block routes.
 
@@ -92,7 +103,7 @@ class LLaDAMoESparseMoeBlock(nn.Module):
         super().__init__()
         self.num_experts = config.num_experts
         self.top_k = config.num_experts_per_tok
-        self.gate = nn.Linear(config.hidden_size, config.num_experts, bias=False)
+        self.gate = LLaDAMoERouter(config.hidden_size, config.num_experts, bias=False)
         self.experts = nn.ModuleList(
             [LLaDAMoEMLP(config, config.expert_intermediate_size) for _ in range(config.num_experts)]
         )
@@ -251,6 +262,8 @@ class LLaDAMoEPreTrainedModel(PreTrainedModel):
     _supports_flex_attn = False  # flex takes a BlockMask, not the adapters' tensor masks
     _supports_attention_backend = True
     _supports_cache_class = True
+    # the router logits the trainers' load-balancing loss reads (the published model's auxiliary loss)
+    _can_record_outputs = {"router_logits": OutputRecorder(LLaDAMoERouter, index=0)}  # noqa: RUF012
 
     def _init_weights(self, module: nn.Module) -> None:
         super()._init_weights(module)
@@ -360,7 +373,7 @@ class LLaDAMoEModel(LLaDAMoEPreTrainedModel):
         )
 
 
-class LLaDAMoEModelLM(LLaDAMoEPreTrainedModel):
+class LLaDAMoEModelLM(EditGenerationMixin, LLaDAMoEPreTrainedModel):
     """LLaDA-MoE with its output head (`architectures: ["LLaDAMoEModelLM"]` in the checkpoints).
 
     Logits are those of the published `LLaDAMoEModelLM` (within float rounding); the published
