@@ -31,7 +31,7 @@ step() {  # step NAME TIMEOUT_S COMMAND...: run, tee the table to NAME.md, keep 
     fi
 }
 
-step kernels 180 "$python" benchmarks/kernels.py --gpu-only
+step kernels 180 "$python" benchmarks/kernel_speed.py --gpu-only
 step decode 270 "$python" benchmarks/decode_speed.py --device-grid --device cuda --dtype bfloat16 \
     --hidden 768 --layers 8 --vocab 32000 --batch 8 --prompt-len 256 --new-tokens 256 --repeats 3
 step native 240 "$python" benchmarks/native_models.py --memory --decode --device cuda

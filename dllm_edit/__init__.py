@@ -7,7 +7,7 @@ Examples:
     0.5
 """
 
-from dllm_edit import models, strategies
+from dllm_edit import strategies
 from dllm_edit.adapters import (
     BidirectionalAdapter,
     BlockCausalAdapter,
@@ -36,6 +36,17 @@ from dllm_edit.strategies import register_strategy
 from dllm_edit.terminal_streamer import TerminalEditStreamer
 
 __version__ = "0.1.0.dev0"
+
+
+def __getattr__(name: str) -> object:
+    # `dllm_edit.models` imports transformers' modelling code (seconds, and triton through Hugging
+    # Face's `kernels`): imported on first use, by `dllm_edit.load` or `import dllm_edit.models`
+    if name == "models":
+        import importlib
+
+        return importlib.import_module("dllm_edit.models")
+    raise AttributeError(f"module 'dllm_edit' has no attribute {name!r}")
+
 
 __all__ = [
     "CUSTOM_GENERATE_DIR",

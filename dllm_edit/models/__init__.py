@@ -12,8 +12,9 @@ The full-attention families also decode with the approximate prefix and dual cac
 prefix cache is exact. LLaDA-MoE's hub checkpoints say `model_type: llada`: `dllm_edit.load` routes
 them to `LLaDAMoEModelLM` by their `architectures`.
 
-Importing `dllm_edit` registers each family with transformers' `AutoConfig`, `AutoModel` and
-`AutoModelForCausalLM` under the checkpoints' own `model_type`, so `AutoModel.from_pretrained(path)`
+Importing `dllm_edit.models` (which `dllm_edit.load` does; a bare `import dllm_edit` stays light)
+registers each family with transformers' `AutoConfig`, `AutoModel` and `AutoModelForCausalLM` under
+the checkpoints' own `model_type`, so `AutoModel.from_pretrained(path)`
 builds the native class from the checkpoint's `config.json` and safetensors as they are, without
 `trust_remote_code`. `dllm_edit.load` picks the native class without asking; `native=False,
 trust_remote_code=True` runs the checkpoint's own code instead, imported from its `auto_map` (through

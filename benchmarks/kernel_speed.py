@@ -22,9 +22,9 @@ linear input, against the naive log-softmax, with peak extra memory (`torch.cuda
 It also checks the kernels against the torch path (greedy tokens equal, probabilities and
 log-probabilities close) and prints OK / MISMATCH lines.
 
-    python benchmarks/kernels.py               # CPU tables, then the GPU section if CUDA is present
-    python benchmarks/kernels.py --gpu-only    # the GPU section alone (about a minute on an H200)
-    python benchmarks/kernels.py --rows 512    # a smaller CPU run
+    python benchmarks/kernel_speed.py               # CPU tables, then the GPU section if CUDA is present
+    python benchmarks/kernel_speed.py --gpu-only    # the GPU section alone (about a minute on an H200)
+    python benchmarks/kernel_speed.py --rows 512    # a smaller CPU run
 """
 
 from __future__ import annotations
