@@ -208,17 +208,40 @@ def resolve_adapter(model: Any, adapter: str | ModelAdapter | None) -> ModelAdap
         TypeError: an object that is not a ModelAdapter.
     """
     if adapter is None:
-        adapter = detect_adapter(model)
+        return get_adapter_class(detect_adapter(model))()
     if isinstance(adapter, str):
-        return get_adapter_class(adapter)()
+        return _fits_the_logits(model, get_adapter_class(adapter)())
     if isinstance(adapter, ModelAdapter):
-        return adapter
+        return _fits_the_logits(model, adapter)
     hint = ""
     if isinstance(adapter, type) and issubclass(adapter, ModelAdapter):
         hint = f" Pass an instance, {adapter.__name__}(), or its name {adapter.name!r}."
     raise TypeError(
         f"`adapter` must be None, an adapter name ({available_adapters()}) or a ModelAdapter instance, "
         f"got {adapter!r}.{hint}"
+    )
+
+
+def _fits_the_logits(model: Any, adapter: ModelAdapter) -> ModelAdapter:
+    """`adapter`, unless it is a cached adapter reading the output at `j` for a model that predicts
+    position `j` at output `j - 1` (a Dream checkpoint, or a model whose config declares a shifted
+    adapter): its cache would hold every prediction one slot off. (Plain `"bidirectional"` stays
+    available on such a model, to read its outputs unshifted on purpose.)
+
+    Raises:
+        ValueError: naming the adapter, the model's convention and the adapters that fit it.
+    """
+    if adapter.shifted_logits or not adapter.supports_cache:
+        return adapter
+    detected = detect_adapter(model)
+    if not get_adapter_class(detected).shifted_logits:
+        return adapter
+    fitting = sorted(name for name, cls in _ADAPTERS.items() if cls.shifted_logits)
+    raise ValueError(
+        f"adapter={adapter.name!r} caches a model read at output j for position j, but this model "
+        f"(detected adapter {detected!r}) predicts position j at output j - 1, so every token would be "
+        f"read one slot off: this family cannot take that cache. Use one of {fitting} (or adapter=None "
+        "to detect it)."
     )
 
 

@@ -166,3 +166,19 @@ def test_opting_out_loads_the_checkpoint_s_own_classes(tmp_path):
         shutil.copy(source / name, folder / name)
     model, _ = dllm_edit.load(str(folder), native=False, trust_remote_code=True)
     assert type(model).__name__ == "LLaDAMoEModelLM" and not type(model).__module__.startswith("dllm_edit")
+
+
+@pytest.mark.parametrize(
+    "adapter", ["bidirectional_dual_cache", "bidirectional_approx_cache", "block_causal"]
+)
+def test_a_cache_the_family_cannot_take_is_refused_before_a_forward(adapter, tmp_path):
+    """Dream predicts position j at output j - 1: a cache built for outputs read at j would hold every
+    prediction one slot off, so it is refused with the adapters that fit, before any forward."""
+    model, tokenizer = dllm_edit.load(str(hub_checkpoint("Dream", tmp_path / "dream")))
+    calls = []
+    model.register_forward_pre_hook(lambda *_: calls.append(1))
+    ids = tokenizer("w2 w3", return_tensors="pt")["input_ids"]
+    config = dllm_edit.EditGenerationConfig(max_new_tokens=4, block_length=4)
+    with pytest.raises(ValueError, match=f"adapter='{adapter}' caches .* cannot take that cache") as error:
+        dllm_edit.generate(model, ids, generation_config=config, adapter=adapter)
+    assert "block_causal_shifted" in str(error.value) and "'shifted'" in str(error.value) and not calls
