@@ -182,3 +182,16 @@ def test_a_cache_the_family_cannot_take_is_refused_before_a_forward(adapter, tmp
     with pytest.raises(ValueError, match=f"adapter='{adapter}' caches .* cannot take that cache") as error:
         dllm_edit.generate(model, ids, generation_config=config, adapter=adapter)
     assert "block_causal_shifted" in str(error.value) and "'shifted'" in str(error.value) and not calls
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_embedding_and_decoder_accessors(family, tmp_path):
+    """transformers' accessors (resizing, PEFT, the trainers read them) find each family's modules."""
+    model, _ = dllm_edit.load(str(hub_checkpoint(family, tmp_path / family)))
+    base = model.get_decoder()
+    assert base is model.model and isinstance(model.get_input_embeddings(), torch.nn.Embedding)
+    head = model.get_output_embeddings()
+    assert head is None or head.weight.shape[0] == model.get_input_embeddings().weight.shape[0]
+    fresh = torch.nn.Embedding(*model.get_input_embeddings().weight.shape)
+    model.set_input_embeddings(fresh)
+    assert model.get_input_embeddings() is fresh and base.get_input_embeddings() is fresh

@@ -171,12 +171,6 @@ class DreamBaseModel(DreamPreTrainedModel):
         self.gradient_checkpointing = False
         self.post_init()
 
-    def get_input_embeddings(self) -> nn.Module:
-        return self.embed_tokens
-
-    def set_input_embeddings(self, value: nn.Module) -> None:
-        self.embed_tokens = value
-
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -279,24 +273,6 @@ class DreamModel(EditGenerationMixin, DreamPreTrainedModel):
         self.vocab_size = config.vocab_size
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
-
-    def get_input_embeddings(self) -> nn.Module:
-        return self.model.embed_tokens
-
-    def set_input_embeddings(self, value: nn.Module) -> None:
-        self.model.embed_tokens = value
-
-    def get_output_embeddings(self) -> nn.Module:
-        return self.lm_head
-
-    def set_output_embeddings(self, new_embeddings: nn.Module) -> None:
-        self.lm_head = new_embeddings
-
-    def get_decoder(self) -> DreamBaseModel:
-        return self.model
-
-    def set_decoder(self, decoder: DreamBaseModel) -> None:
-        self.model = decoder
 
     def forward(
         self,

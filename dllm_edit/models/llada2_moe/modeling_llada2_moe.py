@@ -250,6 +250,7 @@ class LLaDA2MoePreTrainedModel(PreTrainedModel):
     _supports_flash_attn = False
     _supports_flash_attn_2 = False
     _supports_sdpa = True
+    _input_embed_layer = "word_embeddings"  # transformers' embedding accessors read it
     _supports_flex_attn = False  # flex takes a BlockMask, not the adapters' tensor masks
     _supports_attention_backend = True
     _supports_cache_class = True
@@ -283,12 +284,6 @@ class LLaDA2MoeModel(LLaDA2MoePreTrainedModel):
         self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.gradient_checkpointing = False
         self.post_init()
-
-    def get_input_embeddings(self) -> nn.Module:
-        return self.word_embeddings
-
-    def set_input_embeddings(self, value: nn.Module) -> None:
-        self.word_embeddings = value  # type: ignore[assignment]
 
     def forward(
         self,
@@ -399,24 +394,6 @@ class LLaDA2MoeForCausalLM(EditGenerationMixin, LLaDA2MoePreTrainedModel):
         self.model = LLaDA2MoeModel(config)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
-
-    def get_input_embeddings(self) -> nn.Module:
-        return self.model.word_embeddings
-
-    def set_input_embeddings(self, value: nn.Module) -> None:
-        self.model.word_embeddings = value  # type: ignore[assignment]
-
-    def get_output_embeddings(self) -> nn.Module:
-        return self.lm_head
-
-    def set_output_embeddings(self, new_embeddings: nn.Module) -> None:
-        self.lm_head = new_embeddings  # type: ignore[assignment]
-
-    def get_decoder(self) -> LLaDA2MoeModel:
-        return self.model
-
-    def set_decoder(self, decoder: LLaDA2MoeModel) -> None:
-        self.model = decoder
 
     def forward(
         self,

@@ -290,12 +290,6 @@ class LLaDAMoEModel(LLaDAMoEPreTrainedModel):
         self._inv_freq: torch.Tensor | None = None  # not a buffer: the checkpoints have none
         self.post_init()
 
-    def get_input_embeddings(self) -> nn.Module:
-        return self.embed_tokens
-
-    def set_input_embeddings(self, value: nn.Module) -> None:
-        self.embed_tokens = value
-
     def rotary(self, position_ids: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """`(cos, sin)` `[B, T, R]` at `position_ids` `[B, T]`, R = the rotated dims of a head."""
         device = position_ids.device
@@ -409,24 +403,6 @@ class LLaDAMoEModelLM(EditGenerationMixin, LLaDAMoEPreTrainedModel):
         self.vocab_size = config.vocab_size
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
-
-    def get_input_embeddings(self) -> nn.Module:
-        return self.model.embed_tokens
-
-    def set_input_embeddings(self, value: nn.Module) -> None:
-        self.model.embed_tokens = value
-
-    def get_output_embeddings(self) -> nn.Linear:
-        return self.lm_head
-
-    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
-        self.lm_head = new_embeddings
-
-    def get_decoder(self) -> LLaDAMoEModel:
-        return self.model
-
-    def set_decoder(self, decoder: LLaDAMoEModel) -> None:
-        self.model = decoder
 
     def forward(
         self,
