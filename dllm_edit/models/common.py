@@ -141,9 +141,83 @@ def rope_inv_freq(dim: int, base: float) -> torch.Tensor:
 def apply_rotary(
     q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """RoPE on `q` `[B, H, T, D]` and `k` `[B, Hkv, T, D]` with `cos`/`sin` `[B, T, D]`."""
+    """RoPE on `q` `[B, H, T, D]` and `k` `[B, Hkv, T, D]` with `cos`/`sin` `[B, T, R]`: the first
+    `R` dimensions of each head rotate, the rest pass through (`partial_rotary_factor < 1`).
+
+    Examples:
+        >>> import torch
+        >>> q = torch.ones(1, 1, 2, 4); cos = torch.ones(1, 2, 2); sin = torch.zeros(1, 2, 2)
+        >>> torch.equal(apply_rotary(q, q, cos, sin)[0], q)  # angle 0: nothing turns
+        True
+    """
+    rotary = cos.shape[-1]
+    if rotary < q.shape[-1]:
+        q_rot, k_rot = apply_rotary(q[..., :rotary], k[..., :rotary], cos, sin)  # [B, H(kv), T, R]
+        return torch.cat((q_rot, q[..., rotary:]), dim=-1), torch.cat((k_rot, k[..., rotary:]), dim=-1)
     cos, sin = cos[:, None], sin[:, None]  # [B, 1, T, D]
     return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+
+def attend(
+    module: Any,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    position_embeddings: tuple[torch.Tensor, torch.Tensor],
+    attention_mask: torch.Tensor | None,
+    past_key_values: Any,
+    cache_position: torch.Tensor | None,
+    **kwargs: Any,
+) -> torch.Tensor:
+    """The tail every family's attention runs: keys and values through `Cache.update` (when a cache
+    is given), then transformers' attention backend over what the cache returns.
+
+    Args:
+        module: the attention module (its `config._attn_implementation`, `layer_idx`, `scaling`,
+            `attention_dropout`, `num_key_value_groups` and `is_causal = False` are read).
+        q: `[B, H, T, D]` queries, RoPE applied. k, v: `[B, Hkv, T, D]`, RoPE applied to `k`.
+        position_embeddings: the `(cos, sin)` the keys were rotated with (the cache may read them).
+        attention_mask: None or `[B, 1, T, K]` in the backend's form (`attention_mask_4d`).
+        past_key_values: a transformers `Cache` or None.
+        cache_position: LongTensor `[T]`, the slots of the new keys.
+
+    Returns:
+        `[B, T, H * D]`, before the output projection.
+    """
+    batch, _, length, _ = q.shape
+    if past_key_values is not None:
+        cos, sin = position_embeddings
+        cache_kwargs = {"sin": sin, "cos": cos, "cache_position": cache_position}
+        k, v = past_key_values.update(k, v, module.layer_idx, cache_kwargs)  # [B, Hkv, K, D]
+    out, _ = attention_function(module.config._attn_implementation)(
+        module,
+        q,
+        k,
+        v,
+        attention_mask,
+        dropout=module.attention_dropout if module.training else 0.0,
+        scaling=module.scaling,
+        **kwargs,
+    )  # [B, T, H, D]
+    return out.reshape(batch, length, -1).contiguous()  # [B, T, H * D]
+
+
+def run_layers(
+    layers: Iterable[nn.Module],
+    hidden_states: torch.Tensor,
+    norm: nn.Module,
+    output_hidden_states: bool,
+    **layer_kwargs: Any,
+) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
+    """The decoder stack: each layer on `hidden_states` `[B, T, H]` with `layer_kwargs`, then the
+    final norm; returns `(normed hidden states, every layer's input and the output, or None)`."""
+    seen: tuple[torch.Tensor, ...] = ()
+    for layer in layers:
+        if output_hidden_states:
+            seen += (hidden_states,)
+        hidden_states = layer(hidden_states, **layer_kwargs)  # [B, T, H]
+    hidden_states = norm(hidden_states)  # [B, T, H]
+    return hidden_states, ((*seen, hidden_states) if output_hidden_states else None)
 
 
 def default_position_ids(

@@ -25,12 +25,13 @@ from dllm_edit.models.common import (
     CACHE_FIELD,
     RMSNorm,
     apply_rotary,
-    attention_function,
+    attend,
     attention_mask_4d,
     cache_argument,
     default_position_ids,
     rope_inv_freq,
     rotary_cos_sin,
+    run_layers,
 )
 
 from .configuration_dream import DreamConfig
@@ -77,30 +78,17 @@ class DreamAttention(nn.Module):
         past_key_values: Cache | None = None,
         cache_position: torch.Tensor | None = None,
         **kwargs: Any,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    ) -> torch.Tensor:
         batch, length, _ = hidden_states.shape
         heads = (batch, length, -1, self.head_dim)
         q = self.q_proj(hidden_states).view(heads).transpose(1, 2)  # [B, Hq, T, D]
         k = self.k_proj(hidden_states).view(heads).transpose(1, 2)  # [B, Hkv, T, D]
         v = self.v_proj(hidden_states).view(heads).transpose(1, 2)  # [B, Hkv, T, D]
-        cos, sin = position_embeddings  # [B, T, D]
-        q, k = apply_rotary(q, k, cos, sin)  # [B, Hq, T, D], [B, Hkv, T, D]
-        if past_key_values is not None:
-            cache_kwargs = {"sin": sin, "cos": cos, "cache_position": cache_position}
-            k, v = past_key_values.update(k, v, self.layer_idx, cache_kwargs)  # [B, Hkv, K, D]
-        attend = attention_function(self.config._attn_implementation)
-        out, weights = attend(
-            self,
-            q,
-            k,
-            v,
-            attention_mask,
-            dropout=self.attention_dropout if self.training else 0.0,
-            scaling=self.scaling,
-            **kwargs,
-        )  # out [B, T, Hq, D]
-        out = out.reshape(batch, length, -1).contiguous()  # [B, T, Hq * D]
-        return self.o_proj(out), weights  # [B, T, H]
+        q, k = apply_rotary(q, k, *position_embeddings)  # [B, Hq, T, D], [B, Hkv, T, D]
+        out = attend(
+            self, q, k, v, position_embeddings, attention_mask, past_key_values, cache_position, **kwargs
+        )  # [B, T, H * D]
+        return self.o_proj(out)  # [B, T, H]
 
 
 class DreamDecoderLayer(GradientCheckpointingLayer):
@@ -122,7 +110,7 @@ class DreamDecoderLayer(GradientCheckpointingLayer):
         cache_position: torch.Tensor | None = None,
         **kwargs: Any,
     ) -> torch.Tensor:
-        attended, _ = self.self_attn(
+        attended = self.self_attn(
             self.input_layernorm(hidden_states),
             position_embeddings=position_embeddings,
             attention_mask=attention_mask,
@@ -223,26 +211,21 @@ class DreamBaseModel(DreamPreTrainedModel):
 
         # checkpointed layers are recomputed in the backward pass: they must not write a cache twice
         layer_cache = None if self.gradient_checkpointing and self.training else past_key_values
-        hidden_states = inputs_embeds  # [B, T, H]
-        all_hidden: tuple[torch.Tensor, ...] = ()
-        for layer in self.layers:
-            if output_hidden_states:
-                all_hidden += (hidden_states,)
-            hidden_states = layer(
-                hidden_states,
-                position_embeddings=position_embeddings,
-                attention_mask=mask,
-                past_key_values=layer_cache,
-                cache_position=cache_position,
-                **kwargs,
-            )  # [B, T, H]
-        hidden_states = self.norm(hidden_states)  # [B, T, H]
-        if output_hidden_states:
-            all_hidden += (hidden_states,)
+        hidden_states, all_hidden = run_layers(
+            self.layers,
+            inputs_embeds,
+            self.norm,
+            bool(output_hidden_states),
+            position_embeddings=position_embeddings,
+            attention_mask=mask,
+            past_key_values=layer_cache,
+            cache_position=cache_position,
+            **kwargs,
+        )  # [B, T, H]
         cache_out: dict[str, Any] = {CACHE_FIELD: past_key_values}
         return BaseModelOutputWithPast(
             last_hidden_state=hidden_states,
-            hidden_states=all_hidden if output_hidden_states else None,
+            hidden_states=all_hidden,
             **cache_out,
         )
 

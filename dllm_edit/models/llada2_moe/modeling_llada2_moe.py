@@ -32,12 +32,13 @@ from dllm_edit.models.common import (
     CACHE_FIELD,
     RMSNorm,
     apply_rotary,
-    attention_function,
+    attend,
     attention_mask_4d,
     cache_argument,
     default_position_ids,
     rope_inv_freq,
     rotary_cos_sin,
+    run_layers,
 )
 
 from .configuration_llada2_moe import LLaDA2MoeConfig
@@ -181,25 +182,11 @@ class LLaDA2MoeAttention(nn.Module):
         )  # [B, H, T, D], [B, Hkv, T, D], [B, Hkv, T, D]
         if self.config.use_qk_norm:
             query, key = self.query_layernorm(query), self.key_layernorm(key)
-        cos, sin = position_embeddings  # [B, T, R]
-        rot = cos.shape[-1]
-        query_rot, key_rot = apply_rotary(query[..., :rot], key[..., :rot], cos, sin)  # the first R dims
-        query = torch.cat([query_rot, query[..., rot:]], dim=-1)  # [B, H, T, D]
-        key = torch.cat([key_rot, key[..., rot:]], dim=-1)  # [B, Hkv, T, D]
-        if past_key_values is not None:
-            cache_kwargs = {"sin": sin, "cos": cos, "cache_position": cache_position}
-            key, value = past_key_values.update(key, value, self.layer_idx, cache_kwargs)  # [B, Hkv, K, D]
-        attend = attention_function(self.config._attn_implementation)
-        output, _ = attend(
-            self,
-            query,
-            key,
-            value,
-            attention_mask,
-            dropout=self.attention_dropout if self.training else 0.0,
-            scaling=self.scaling,
-        )  # [B, T, H, D]
-        return self.dense(output.reshape(batch, length, -1))  # [B, T, hidden]
+        query, key = apply_rotary(query, key, *position_embeddings)  # the first R dims of each head
+        output = attend(
+            self, query, key, value, position_embeddings, attention_mask, past_key_values, cache_position
+        )  # [B, T, H * D]
+        return self.dense(output)  # [B, T, hidden]
 
 
 class LLaDA2MoeDecoderLayer(GradientCheckpointingLayer):
@@ -346,25 +333,20 @@ class LLaDA2MoeModel(LLaDA2MoePreTrainedModel):
         inv_freq = rope_inv_freq(self.config.rope_dim, self.config.rope_theta).to(device)  # [R / 2]
         position_embeddings = rotary_cos_sin(position_ids, inv_freq, inputs_embeds.dtype)  # [B, T, R] x 2
 
-        hidden_states = inputs_embeds  # [B, T, H]
-        all_hidden: tuple[torch.Tensor, ...] = ()
-        for layer in self.layers:
-            if output_hidden_states:
-                all_hidden += (hidden_states,)
-            hidden_states = layer(
-                hidden_states,
-                position_embeddings=position_embeddings,
-                attention_mask=mask,
-                past_key_values=past_key_values,
-                cache_position=cache_position,
-            )  # [B, T, H]
-        hidden_states = self.norm(hidden_states)  # [B, T, H]
-        if output_hidden_states:
-            all_hidden += (hidden_states,)
+        hidden_states, all_hidden = run_layers(
+            self.layers,
+            inputs_embeds,
+            self.norm,
+            bool(output_hidden_states),
+            position_embeddings=position_embeddings,
+            attention_mask=mask,
+            past_key_values=past_key_values,
+            cache_position=cache_position,
+        )  # [B, T, H]
         fields: dict[str, Any] = {CACHE_FIELD: past_key_values if use_cache else None}
         output = BaseModelOutputWithPast(
             last_hidden_state=hidden_states,
-            hidden_states=all_hidden if output_hidden_states else None,
+            hidden_states=all_hidden,
             **fields,
         )
         return output if _return_dict(self.config, return_dict) else output.to_tuple()

@@ -31,39 +31,16 @@ from dllm_edit.models.common import (
     CACHE_FIELD,
     RMSNorm,
     apply_rotary,
-    attention_function,
+    attend,
     attention_mask_4d,
     cache_argument,
     default_position_ids,
     rope_inv_freq,
     rotary_cos_sin,
+    run_layers,
 )
 
 from .configuration_llada_moe import LLaDAMoEConfig
-
-#: The output field holding the KV cache: `past_key_values` on transformers 4.x, `cache` on 5.x
-#: (where `past_key_values` is a deprecated alias).
-
-
-def apply_partial_rotary(
-    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """RoPE on the first `cos.shape[-1]` dimensions of each head, the rest passed through
-    (`partial_rotary_factor < 1`); `q` `[B, H, T, D]`, `k` `[B, Hkv, T, D]`, `cos`/`sin` `[B, T, R]`.
-
-    Examples:
-        >>> import torch
-        >>> q = torch.ones(1, 1, 2, 4); cos = torch.ones(1, 2, 2); sin = torch.zeros(1, 2, 2)
-        >>> torch.equal(apply_partial_rotary(q, q, cos, sin)[0], q)
-        True
-    """
-    rotary = cos.shape[-1]
-    if rotary == q.shape[-1]:
-        return apply_rotary(q, k, cos, sin)
-    q_rot, k_rot = apply_rotary(q[..., :rotary], k[..., :rotary], cos, sin)  # [B, H, T, R], [B, Hkv, T, R]
-    q = torch.cat((q_rot, q[..., rotary:]), dim=-1)  # [B, H, T, D]
-    k = torch.cat((k_rot, k[..., rotary:]), dim=-1)  # [B, Hkv, T, D]
-    return q, k
 
 
 class LLaDAMoEMLP(nn.Module):
@@ -187,23 +164,11 @@ class LLaDAMoEAttention(nn.Module):
         if clip is not None:
             q, k, v = q.clamp(-clip, clip), k.clamp(-clip, clip), v.clamp(-clip, clip)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B, H(kv), T, D]
-        cos, sin = position_embeddings  # [B, T, R]
-        q, k = apply_partial_rotary(q, k, cos, sin)  # [B, H, T, D], [B, Hkv, T, D]
-        if past_key_values is not None:
-            cache_kwargs = {"sin": sin, "cos": cos, "cache_position": cache_position}
-            k, v = past_key_values.update(k, v, self.layer_idx, cache_kwargs)  # [B, Hkv, K, D]
-        attend = attention_function(self.config._attn_implementation)
-        out, _ = attend(
-            self,
-            q,
-            k,
-            v,
-            attention_mask,
-            dropout=self.attention_dropout if self.training else 0.0,
-            scaling=self.scaling,
-            **kwargs,
-        )  # [B, T, H, D]
-        return self.o_proj(out.reshape(batch, length, -1).contiguous())  # [B, T, hidden]
+        q, k = apply_rotary(q, k, *position_embeddings)  # [B, H, T, D], [B, Hkv, T, D] (partial RoPE)
+        out = attend(
+            self, q, k, v, position_embeddings, attention_mask, past_key_values, cache_position, **kwargs
+        )  # [B, T, H * D]
+        return self.o_proj(out)  # [B, T, hidden]
 
 
 class LLaDAMoEDecoderLayer(GradientCheckpointingLayer):
@@ -343,26 +308,21 @@ class LLaDAMoEModel(LLaDAMoEPreTrainedModel):
         output_hidden_states = (
             self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
         )
-        hidden_states = inputs_embeds  # [B, T, H]
-        all_hidden: tuple[torch.Tensor, ...] = ()
-        for layer in self.layers:
-            if output_hidden_states:
-                all_hidden += (hidden_states,)
-            hidden_states = layer(
-                hidden_states,
-                position_embeddings=position_embeddings,
-                attention_mask=mask,
-                past_key_values=past_key_values,
-                cache_position=cache_position,
-                **kwargs,
-            )  # [B, T, H]
-        hidden_states = self.norm(hidden_states)  # [B, T, H]
-        if output_hidden_states:
-            all_hidden += (hidden_states,)
+        hidden_states, all_hidden = run_layers(
+            self.layers,
+            inputs_embeds,
+            self.norm,
+            bool(output_hidden_states),
+            position_embeddings=position_embeddings,
+            attention_mask=mask,
+            past_key_values=past_key_values,
+            cache_position=cache_position,
+            **kwargs,
+        )  # [B, T, H]
         cache: dict[str, Any] = {CACHE_FIELD: past_key_values if use_cache else None}
         return BaseModelOutputWithPast(
             last_hidden_state=hidden_states,
-            hidden_states=all_hidden if output_hidden_states else None,
+            hidden_states=all_hidden,
             **cache,
         )
 
