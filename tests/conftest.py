@@ -26,17 +26,20 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture(autouse=True)
-def _strategy_registry_restored():
-    """Every test leaves the strategy registry as it found it: a test (or a cookbook example it runs)
-    that registers a strategy must not change what the registry-wide tests after it enumerate."""
+def _registries_restored():
+    """Every test leaves the strategy and adapter registries as it found them: a test (a doctest, or a
+    cookbook example it runs) that registers one must not change what the tests after it see."""
+    from dllm_edit import adapters
     from dllm_edit.strategies import registry
 
-    names, aliases = dict(registry._REGISTRY), dict(registry._ALIASES)
+    saved = [
+        (table, dict(table))
+        for table in (registry._REGISTRY, registry._ALIASES, adapters._ADAPTERS, adapters.MODEL_TYPE_ADAPTERS)
+    ]
     yield
-    registry._REGISTRY.clear()
-    registry._REGISTRY.update(names)
-    registry._ALIASES.clear()
-    registry._ALIASES.update(aliases)
+    for table, content in saved:
+        table.clear()
+        table.update(content)
 
 
 @pytest.fixture(scope="session")
