@@ -29,6 +29,7 @@ from dllm_edit.hf import (
     generate_hf,
     patch_generate,
 )
+from dllm_edit.infill import infill, parse_template
 from dllm_edit.loading import load
 from dllm_edit.output import EditGenerationOutput, StepRecord
 from dllm_edit.shipped import DEFAULT_MODEL_DIR, load_default
@@ -68,9 +69,11 @@ __all__ = [
     "detect_adapter",
     "generate",
     "generate_hf",
+    "infill",
     "load",
     "load_default",
     "models",
+    "parse_template",
     "patch_generate",
     "register_adapter",
     "register_strategy",

@@ -71,7 +71,8 @@ class EditGenerationConfig(GenerationConfig):
             the adapter's default (`"absolute"` for block-causal models, `"prompt_end"` for the
             bidirectional, shifted and masked-LM adapters). In the quota mode (`steps`) it also
             picks the quota rule (see `QuotaUnmask`).
-        max_new_tokens: tokens to generate (`G`); the output has `P + G` columns.
+        max_new_tokens: tokens to generate (`G`); the output has `P + G` columns. 0 only fills the
+            masks of the prompt (infilling; refused when no prompt holds a mask).
         mask_token_id: the model's mask token; resolved from the model when None.
         eos_token_id: end-of-sequence id(s); resolved from the model when None.
         pad_token_id: written after the first EOS of a row; defaults to the EOS id.
@@ -325,10 +326,12 @@ class EditGenerationConfig(GenerationConfig):
         "sampling flag set while do_sample=False" notices do not apply and are not raised.
         """
         self._validate_edit_fields()
-        saved = {key: getattr(self, key, None) for key in _SAMPLING_ONLY}
+        saved = {key: getattr(self, key, None) for key in (*_SAMPLING_ONLY, "max_new_tokens")}
         if not getattr(self, "do_sample", False):
             for key in _SAMPLING_ONLY:
                 setattr(self, key, None)
+        if self.max_new_tokens == 0:  # infilling only: valid here, refused by transformers' check
+            self.max_new_tokens = None
         try:
             if user_set_attributes is None:
                 super().validate(strict=strict)
@@ -349,7 +352,9 @@ class EditGenerationConfig(GenerationConfig):
         _check_int("num_to_transfer", self.num_to_transfer, minimum=1)
         _check_int("multi_block_window", self.multi_block_window, minimum=1)
         if self.max_new_tokens is not None:
-            _check_int("max_new_tokens", self.max_new_tokens, minimum=1)
+            _check_int(
+                "max_new_tokens", self.max_new_tokens, minimum=0
+            )  # 0: infilling only (refused without masks)
         if self.steps is not None:
             _check_int("steps", self.steps, minimum=1)
             if self.steps > self.block_length:

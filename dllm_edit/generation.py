@@ -33,7 +33,7 @@ from transformers import GenerationConfig
 from dllm_edit.adapters import ModelAdapter, resolve_adapter
 from dllm_edit.adapters.shadow import open_shadow_session, split_shadow
 from dllm_edit.config import EditGenerationConfig
-from dllm_edit.inputs import check_input_ids, check_streamer
+from dllm_edit.inputs import check_infill, check_input_ids, check_streamer
 from dllm_edit.kernels import CandidateStats
 from dllm_edit.layout import CanvasLayout, build_canvas
 from dllm_edit.output import EditGenerationOutput, StepRecord, cut_after_first_eos
@@ -118,12 +118,21 @@ def _eos_done(canvas: torch.Tensor, layout: CanvasLayout, end: int, special: Spe
 
 
 def _finalize(
-    canvas: torch.Tensor, input_ids: torch.Tensor, layout: CanvasLayout, special: SpecialTokens
+    canvas: torch.Tensor,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    layout: CanvasLayout,
+    special: SpecialTokens,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sequences `[B, W + G]` (cut after the first EOS, padded) and completion lengths `[B]`."""
+    """Sequences `[B, W + G]` (the prompts with their masks filled, then the completions cut after
+    the first EOS, padded) and completion lengths `[B]`."""
     completion = canvas.gather(1, layout.output_index)  # [B, G]
     completion, lengths = cut_after_first_eos(completion, special.eos_tensor(canvas.device), special.pad)
-    return torch.cat([input_ids, completion], dim=1), lengths
+    prompts = input_ids
+    if layout.prompt_index is not None:  # infilling: the prompt's masks as decoded
+        filled = canvas.gather(1, layout.prompt_index)  # [B, W]
+        prompts = torch.where(attention_mask.bool(), filled, input_ids)  # [B, W]
+    return torch.cat([prompts, completion], dim=1), lengths
 
 
 @torch.no_grad()
@@ -192,6 +201,7 @@ def generate(
     plan = check_run(
         model, adapter_obj, strategies, use_cache, config.compile
     )  # refusals: before any forward
+    check_infill(input_ids, attention_mask, special.mask, config.max_new_tokens, adapter_obj, use_cache)
     layout, canvas = build_canvas(
         input_ids,
         attention_mask,
@@ -221,7 +231,7 @@ def generate(
     finally:
         stream.close()  # streamers are always ended, also when decoding raises
 
-    sequences, lengths = _finalize(canvas, input_ids, layout, special)
+    sequences, lengths = _finalize(canvas, input_ids, attention_mask, layout, special)
     if return_dict_in_generate is None:
         return_dict_in_generate = config.return_dict_in_generate is not False
     if not return_dict_in_generate:
@@ -263,7 +273,7 @@ class _BlockState:
     w: int  # window blocks in the span
     span: slice  # its canvas slots
     in_block: torch.Tensor  # [S]
-    generated: torch.Tensor  # [B, S]
+    generated: torch.Tensor  # [B, S] slots the decoder writes (completion and the prompt's masks)
     active: torch.Tensor  # [B] rows still decoding this block
     in_forward: torch.Tensor  # [B] rows the session's forwards compute
     rows: torch.Tensor  # [R] their indices
@@ -330,7 +340,10 @@ class _Loop:
         self.num_edits = torch.zeros(batch, dtype=torch.long, device=device)  # [B]
         self.finished = torch.zeros(batch, dtype=torch.bool, device=device)  # [B] stopped at EOS
         self.trace: list[StepRecord] | None = [] if self.config.output_trace else None
-        for block in range(layout.first_block, layout.num_blocks):
+        decoding = layout.decodes.any(0).tolist() if layout.decodes is not None else None  # [N], once
+        for block in range(layout.start_block, layout.num_blocks):
+            if decoding is not None and not decoding[block]:  # a prompt block without masks
+                continue
             blk = self._start_block(canvas, block)
             while (top := self._top_of_step(canvas, blk)) is not None:
                 old, masked = top  # [B, S] tokens and masks at the top of the step
@@ -346,11 +359,11 @@ class _Loop:
 
     def _start_block(self, canvas: torch.Tensor, block: int) -> _BlockState:
         layout, bl, device = self.layout, self.layout.block_length, canvas.device
-        block_index = block - layout.first_block
-        w = min(self.plan.needs.window, block_index)  # window blocks actually available
+        block_index = block - layout.first_block  # < 0: a block of the prompt holding masks (infilling)
+        w = max(min(self.plan.needs.window, block_index), 0)  # window blocks actually available
         span = slice((block - w) * bl, (block + 1) * bl)
         in_block = torch.arange((w + 1) * bl, device=device) >= w * bl  # [S]
-        active = layout.rows_in_block(block) & ~self.finished  # [B]
+        active = layout.rows_decoding(block) & ~self.finished  # [B]
         rows = active.nonzero().flatten()  # [R] rows that still decode: the others leave the forward batch
         self.session.select_rows(rows)
         last_block = ~layout.rows_in_block(block + 1)  # [B]
@@ -363,7 +376,7 @@ class _Loop:
             w=w,
             span=span,
             in_block=in_block,
-            generated=layout.generated[:, span],
+            generated=layout.decoded_slots[:, span],
             active=active,
             in_forward=active.clone(),
             rows=rows,

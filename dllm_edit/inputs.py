@@ -90,3 +90,66 @@ def check_streamer(streamer: Any, batch: int) -> None:
             f"`streamer` supports batch size 1 (as transformers' TextStreamer), got a batch of {batch}. "
             "Pass one prompt at a time, or omit the streamer."
         )
+
+
+def check_infill(
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    mask_id: int,
+    max_new_tokens: int,
+    adapter: Any,
+    use_cache: bool = False,
+) -> bool:
+    """Check a run whose prompts may hold the mask token (infilling); True when some prompt does.
+
+    Masks in a prompt are decoded like the completion (docs/how-to/infilling.md), on adapters whose
+    attention lets a mask see the text after it (`ModelAdapter.supports_infill`).
+
+    Raises:
+        ValueError: `max_new_tokens=0` with no mask in any prompt (nothing to decode), or masks in a
+            prompt on an adapter that refuses them (the message says why).
+
+    Examples:
+        >>> import torch
+        >>> from dllm_edit.adapters import BidirectionalAdapter
+        >>> check_infill(torch.tensor([[5, 9, 7]]), torch.ones(1, 3), 9, 0, BidirectionalAdapter())
+        True
+        >>> check_infill(torch.tensor([[5, 6, 7]]), torch.ones(1, 3), 9, 0, BidirectionalAdapter())
+        ... # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: `max_new_tokens`=0 decodes nothing: no prompt holds the mask token (id 9). ...
+    """
+    holds = bool(((input_ids == mask_id) & attention_mask.bool()).any())  # one read, before any forward
+    if not holds:
+        if max_new_tokens == 0:
+            raise ValueError(
+                f"`max_new_tokens`=0 decodes nothing: no prompt holds the mask token (id {mask_id}). Put "
+                "masks where text should be filled in (e.g. the CLI template '<mask:8>'), or set "
+                "max_new_tokens >= 1."
+            )
+        return False
+    cache_refusal = getattr(adapter, "infill_cache_refusal", "") if use_cache else ""
+    if not getattr(adapter, "supports_infill", False) or cache_refusal:
+        why = (
+            cache_refusal
+            or getattr(adapter, "infill_refusal", "")
+            or (
+                "it does not declare that its attention lets a mask see the text after it "
+                "(ModelAdapter.supports_infill)."
+            )
+        )
+        fix = (
+            ""
+            if cache_refusal
+            else (
+                " Use a model with full attention (adapter='bidirectional', 'shifted' or 'masked_lm'), or "
+                "give the text before the gap as the prompt and decode the gap as the completion "
+                "(max_new_tokens)."
+            )
+        )
+        raise ValueError(
+            f"The prompt holds the mask token (id {mask_id}): infilling, which the "
+            f"{getattr(adapter, 'name', type(adapter).__name__)!r} adapter refuses: {why}{fix}"
+        )
+    return True

@@ -18,6 +18,12 @@ adapters never need to know which origin was chosen, and each row owns the slots
 attends to them, and position ids are counted from `offset_i`, so each row sees exactly the canvas
 it would see alone (also a row that needs fewer blocks than others: the trailing blocks of the
 shared canvas are not part of its canvas).
+
+Masks in the prompt (infilling, docs/how-to/infilling.md) are decoded too: a prompt slot holding the
+mask token is a *decoded* slot like a completion slot (`decoded`), and the blocks that hold such
+slots are decoded in canvas order before the completion's blocks (`first_decoded_block`), each
+row only in the blocks that hold slots it decodes (`decodes`). Block boundaries do not move, so a
+row's blocks are the same alone and in a batch.
 """
 
 from __future__ import annotations
@@ -49,6 +55,13 @@ class CanvasLayout:
         generated: BoolTensor `[B, T]`, slots of the completion (not prompt, not padding).
         output_index: LongTensor `[B, G]`, canvas index of each returned completion token.
         block_start: where blocks start, `"absolute"` or `"prompt_end"`.
+        decoded: BoolTensor `[B, T]`, slots the decoder writes: the completion and the masks of the
+            prompt (the only slots T2T may rewrite); None: `generated`.
+        prompt_index: LongTensor `[B, W]`, canvas slot of each input column (0 on left padding).
+        first_decoded_block: the first block holding a decoded slot (`first_block`, or earlier when a
+            prompt holds masks); None: `first_block`.
+        decodes: BoolTensor `[B, num_blocks]`, the blocks in which each row decodes; None: the
+            blocks from `first_block` up to the row's end.
     """
 
     block_length: int
@@ -64,6 +77,32 @@ class CanvasLayout:
     output_index: torch.Tensor
     row_end: torch.Tensor
     block_start: str = "absolute"
+    decoded: torch.Tensor | None = None
+    prompt_index: torch.Tensor | None = None
+    first_decoded_block: int | None = None
+    decodes: torch.Tensor | None = None
+
+    @property
+    def start_block(self) -> int:
+        """The first block the loop decodes (`first_decoded_block`, else `first_block`)."""
+        return self.first_block if self.first_decoded_block is None else self.first_decoded_block
+
+    @property
+    def decoded_slots(self) -> torch.Tensor:
+        """BoolTensor `[B, T]`: the slots the decoder writes (`decoded`, else `generated`)."""
+        return self.generated if self.decoded is None else self.decoded
+
+    def rows_decoding(self, block: int) -> torch.Tensor:
+        """BoolTensor `[B]`: rows that decode slots in global `block`."""
+        if self.decodes is None:
+            return self.rows_in_block(block) & (block >= self.first_block)
+        return self.decodes[:, block]
+
+    def lead(self, rows: torch.Tensor) -> int:
+        """First canvas slot a forward over `rows` must cover: their smallest offset, or the start of
+        the first decoded block when a prompt's mask lies before it (slots before it are padding in
+        every one of `rows`)."""
+        return min(int(self.offsets[rows].min()), self.start_block * self.block_length)
 
     @property
     def canvas_length(self) -> int:
@@ -101,7 +140,8 @@ def build_canvas(
             or `"prompt_end"` (the first block starts right after each row's prompt).
 
     Returns:
-        `(layout, canvas)` with `canvas` a LongTensor `[B, T]`.
+        `(layout, canvas)` with `canvas` a LongTensor `[B, T]`. Prompt slots holding
+        `mask_token_id` are decoded (`layout.decoded`), in the blocks that hold them.
 
     Raises:
         ValueError: an unknown `block_start`.
@@ -116,6 +156,9 @@ def build_canvas(
         >>> layout, canvas = build_canvas(ids, mask, 2, 4, 99, 0, block_start="prompt_end")
         >>> canvas.tolist()  # prompt_end: both prompts end at slot 4, a block boundary
         [[0, 5, 6, 7, 99, 99, 99, 99], [8, 9, 10, 11, 99, 99, 99, 99]]
+        >>> layout, canvas = build_canvas(torch.tensor([[5, 99, 7, 8]]), torch.ones(1, 4), 2, 0, 99, 0)
+        >>> layout.first_decoded_block, layout.decoded.long().tolist()  # infilling: a mask in the prompt
+        (0, [[0, 1, 0, 0]])
     """
     if block_start not in BLOCK_STARTS:
         raise ValueError(f"`block_start` must be one of {list(BLOCK_STARTS)}, got {block_start!r}.")
@@ -153,6 +196,13 @@ def build_canvas(
     rows = torch.arange(batch, device=device)[:, None].expand(batch, width)  # [B, W]
     canvas[rows[src_valid], dest[src_valid]] = input_ids[src_valid]
 
+    infill = key_valid & ~generated & (canvas == mask_token_id)  # [B, T] masks in the prompts
+    decoded = generated | infill  # [B, T]
+    blocks = torch.arange(num_blocks, device=device)  # [N]
+    decodes = decoded.view(batch, num_blocks, bl).any(-1)  # [B, N] blocks holding slots each row decodes
+    first_decoded = int(torch.where(decodes.any(0), blocks, num_blocks).min())  # one read, before decoding
+    prompt_index = (dest * src_valid).clamp(0, total - 1)  # [B, W] 0 on left padding
+
     output_index = offsets[:, None] + lengths[:, None] + torch.arange(max_new_tokens, device=device)  # [B, G]
     layout = CanvasLayout(
         block_length=bl,
@@ -168,5 +218,9 @@ def build_canvas(
         output_index=output_index,
         row_end=row_end,
         block_start=block_start,
+        decoded=decoded,
+        prompt_index=prompt_index,
+        first_decoded_block=min(first_decoded, first_block),
+        decodes=decodes,
     )
     return layout, canvas

@@ -31,6 +31,8 @@ def cut_after_first_eos(
         >>> cut_after_first_eos(torch.tensor([[4, 2, 5, 2]]), torch.tensor([2]), pad=0)
         (tensor([[4, 2, 0, 0]]), tensor([2]))
     """
+    if completion.shape[1] == 0:  # infilling only (max_new_tokens=0): nothing to cut
+        return completion, torch.zeros(completion.shape[0], dtype=torch.long, device=completion.device)
     before, has_eos = completion_lengths(completion, eos)  # [B], [B] tokens before the first EOS
     lengths = before + has_eos.long()  # [B] the EOS itself is kept
     kept = torch.arange(completion.shape[1], device=completion.device) < lengths[:, None]  # [B, G]

@@ -29,7 +29,7 @@ class StreamBridge:
         self.streamer = streamer
         self.layout = layout
         self.special = special
-        self.start = int(layout.output_index[0, 0]) if streamer is not None else 0
+        self.start = int(layout.offsets[0] + layout.prompt_lengths[0]) if streamer is not None else 0
         self.done = 0  # completion tokens already confirmed
         self.stopped = False  # an EOS was confirmed: nothing more to stream
         self.drafts = streamer is not None and callable(getattr(streamer, "put_draft", None))

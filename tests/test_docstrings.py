@@ -20,6 +20,7 @@ MODULES = [
     "dllm_edit.generation",
     "dllm_edit.output",
     "dllm_edit.inputs",
+    "dllm_edit.infill",
     "dllm_edit.special_tokens",
     "dllm_edit.vocab",
     "dllm_edit.cli.checks",

@@ -50,6 +50,11 @@ class ModelAdapter:
         shifted_logits: the prediction for position `j` is the model's output at `j - 1` (a
             next-token head, as Dream); engines that read position `j`'s own logits (SGLang's
             JointThreshold) would decode other tokens.
+        supports_infill: masks inside the prompt (infilling) are decoded: the adapter's attention
+            lets a mask see the text after it, and its sessions cover blocks of the prompt.
+        infill_refusal: why an adapter without `supports_infill` refuses masks in the prompt.
+        infill_cache_refusal: why the adapter refuses masks in the prompt with its cache on (empty:
+            it does not).
     """
 
     name: ClassVar[str] = ""
@@ -62,6 +67,9 @@ class ModelAdapter:
     block_starts: ClassVar[tuple[str, ...]] = BLOCK_STARTS
     block_start_refusal: ClassVar[str] = ""
     shifted_logits: ClassVar[bool] = False
+    supports_infill: ClassVar[bool] = False
+    infill_refusal: ClassVar[str] = ""
+    infill_cache_refusal: ClassVar[str] = ""
 
     def resolve_block_start(self, block_start: str | None) -> str:
         """The block origin of a run: `block_start`, or the adapter's default when it is None.

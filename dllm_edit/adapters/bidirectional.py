@@ -41,6 +41,7 @@ class BidirectionalAdapter(ModelAdapter):
     default_use_cache = False
     supports_multi_block_edit = True
     default_block_start = "prompt_end"
+    supports_infill = True
 
     def open(self, model: Any, layout: CanvasLayout, use_cache: bool) -> _BidirectionalSession:
         return _BidirectionalSession(model, layout)
@@ -67,11 +68,11 @@ class _BidirectionalSession:
         self.dtype = model_dtype(model)
         self._mask: torch.Tensor | None = None
         self.rows = torch.arange(layout.offsets.shape[0], device=layout.offsets.device)  # [R]
-        self.lead = int(layout.offsets.min())  # slots [0, lead) are padding in every row
+        self.lead = layout.lead(self.rows)  # slots [0, lead) are padding in every row
 
     def select_rows(self, rows: torch.Tensor) -> None:
         if rows.numel() != self.rows.numel():
-            self.lead = int(self.layout.offsets[rows].min())  # once per block, not per step
+            self.lead = self.layout.lead(rows)  # once per block, not per step
         self.rows = rows
 
     def invalidate_from(self, block: int) -> None:
@@ -135,6 +136,11 @@ class ApproxCacheBidirectionalAdapter(BidirectionalAdapter):
     name = "bidirectional_approx_cache"
     supports_cache = True
     default_use_cache = True
+    infill_cache_refusal = (
+        "its cache keeps the rows of the batch as they leave it, block after block, but infilling "
+        "decodes each row only in the blocks that hold its masks, so rows would have to rejoin the "
+        "cached batch. Set use_cache=False (the exact bidirectional session)."
+    )
 
     def open(self, model: Any, layout: CanvasLayout, use_cache: bool) -> _BidirectionalSession:
         if not use_cache:

@@ -57,6 +57,11 @@ class BlockCausalAdapter(ModelAdapter):
         "after the prompt would cut the prompt into blocks that depend on its length and the batch, "
         "which no reference defines and the exact KV cache does not cover."
     )
+    infill_refusal = (
+        "its attention is block-causal, so a mask in the prompt sees only its own block and earlier "
+        "ones: the text after it (the suffix of a fill-in-the-middle) could never condition it, and the "
+        "exact KV cache keeps the prompt's blocks as they were given."
+    )
 
     def open(
         self, model: Any, layout: CanvasLayout, use_cache: bool, compile: bool = False

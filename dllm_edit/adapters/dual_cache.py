@@ -18,7 +18,7 @@ import torch
 from dllm_edit.layout import CanvasLayout
 
 from .base import cache_argument, forward_kwargs, output_logits
-from .bidirectional import BidirectionalAdapter, _BidirectionalSession
+from .bidirectional import ApproxCacheBidirectionalAdapter, BidirectionalAdapter, _BidirectionalSession
 from .cache import SlotKVCache
 
 
@@ -97,6 +97,7 @@ class DualCacheBidirectionalAdapter(BidirectionalAdapter):
     name = "bidirectional_dual_cache"
     supports_cache = True
     default_use_cache = True
+    infill_cache_refusal = ApproxCacheBidirectionalAdapter.infill_cache_refusal
 
     def __init__(self, refresh_every: int | None = None) -> None:
         self.refresh_every = check_refresh_every(refresh_every)
@@ -152,7 +153,7 @@ class _DualCacheSession(_BidirectionalSession):
 
     def select_rows(self, rows: torch.Tensor) -> None:
         if rows.numel() != self.rows.numel():
-            lead = int(self.layout.offsets[rows].min())  # once per block, or when rows leave
+            lead = self.layout.lead(rows)  # once per block, or when rows leave
             if self.cache.num_layers:
                 self.cache.select(torch.searchsorted(self.rows, rows), drop_leading=lead - self.origin)
                 self.origin = lead

@@ -76,6 +76,7 @@ class MaskedLMAdapter(ModelAdapter):
     supports_multi_block_edit = True
     model_types = ("bert", "roberta", "xlm-roberta", "modernbert", "distilbert", "electra")
     default_block_start = "prompt_end"
+    supports_infill = True
 
     def position_offset(self, model: Any) -> int:
         return embedding_position_offset(model)

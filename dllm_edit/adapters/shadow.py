@@ -144,12 +144,12 @@ class ShadowBlockSession:
         self.attn = attn_implementation(model)
         self.dtype = model_dtype(model)
         self.rows = torch.arange(layout.offsets.shape[0], device=layout.offsets.device)  # [R]
-        self.lead = int(layout.offsets.min())
+        self.lead = layout.lead(torch.arange(layout.offsets.shape[0], device=layout.offsets.device))
         self._inputs: tuple[int, torch.Tensor, torch.Tensor] | None = None  # (block, mask, positions)
 
     def select_rows(self, rows: torch.Tensor) -> None:
         if rows.numel() != self.rows.numel():
-            self.lead = int(self.layout.offsets[rows].min())  # once per block, not per step
+            self.lead = self.layout.lead(rows)  # once per block, not per step
         self.rows = rows
         self._inputs = None
 

@@ -85,6 +85,7 @@ class ShiftedLogitsAdapter(ModelAdapter):
     default_use_cache = False
     supports_multi_block_edit = True
     default_block_start = "prompt_end"
+    supports_infill = True
     model_types = ("dream",)
 
     def open(self, model: Any, layout: CanvasLayout, use_cache: bool) -> _ShiftedSession:

@@ -2,6 +2,7 @@
 
 Subcommands:
     generate  decode a prompt, showing drafts and edits live (`dllm-edit generate "def f(n):" --model M`)
+    infill    fill the gaps of a template (`dllm-edit infill "def add(a, b):\n    <mask:8>\n" --model M`)
     compare   S vs Q vs M2T-only on one prompt, side by side
     replay    replay a traced decode (`dllm-edit replay run.json [--html run.html]`)
     bench     accuracy / parse rate against tokens per forward over τ_mask × editing × MBE
@@ -28,6 +29,12 @@ def _generate(argv: Sequence[str]) -> int:
     from . import decode
 
     return decode.run_generate(argv)
+
+
+def _infill(argv: Sequence[str]) -> int:
+    from . import decode
+
+    return decode.run_generate(argv, infill=True)
 
 
 def _compare(argv: Sequence[str]) -> int:
@@ -74,6 +81,7 @@ def _eval(argv: Sequence[str]) -> int:
 
 COMMANDS: dict[str, tuple[Callable[[Sequence[str]], int], str]] = {
     "generate": (_generate, "decode a prompt with the editable decoder, drafts and edits shown live"),
+    "infill": (_infill, "fill the <mask:N> gaps of a template (models with full attention)"),
     "compare": (_compare, "decode a prompt with S, Q and M2T-only, side by side with their numbers"),
     "replay": (_replay, "replay a decode traced with generate --trace: on the terminal or as an HTML page"),
     "bench": (_bench, "the speed / quality trade-off table (and plot) on held-out data"),
@@ -93,7 +101,7 @@ USAGE = (
 
 # commands whose own parsers take `--debug` after the command name (sft / ebpo leave it to
 # TrainingArguments' `--debug`, eval to lm-eval)
-_DEBUG_AFTER_COMMAND = ("generate", "compare", "bench", "export", "replay")
+_DEBUG_AFTER_COMMAND = ("generate", "infill", "compare", "bench", "export", "replay")
 # exceptions that mean "the input is wrong", not "the program is": exit status 2
 _USER_ERRORS = (ValueError, TypeError, OSError, ImportError)
 

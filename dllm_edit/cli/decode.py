@@ -37,7 +37,11 @@ DEFAULT_MAX_NEW_TOKENS = 128
 
 def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     """The options `generate` and `compare` share."""
-    parser.add_argument("prompt", help="the prompt text (use quotes)")
+    parser.add_argument(
+        "prompt",
+        help="the prompt text (use quotes); <mask:N> marks a gap of N tokens to fill in (a template, "
+        "where \\n and \\t are a newline and a tab)",
+    )
     parser.add_argument(
         "--model",
         default=None,
@@ -161,16 +165,27 @@ def build_compare_parser() -> argparse.ArgumentParser:
 def check_decoding_args(args: argparse.Namespace) -> None:
     """The shared options' values, checked before any model is loaded."""
     args.max_new_tokens_given = getattr(args, "max_new_tokens_given", args.max_new_tokens is not None)
+    infilling = getattr(args, "infill", False) or is_template(args.prompt or "")
     if args.max_new_tokens is None:
-        args.max_new_tokens = DEFAULT_MAX_NEW_TOKENS
-    if args.max_new_tokens < 1:
-        raise ValueError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}.")
+        args.max_new_tokens = 0 if getattr(args, "infill", False) else DEFAULT_MAX_NEW_TOKENS
+    if infilling:  # the template's tags, checked before the model loads
+        from dllm_edit.infill import parse_template
+
+        parse_template(args.prompt or "", lambda text, add_special_tokens=False: {"input_ids": []}, 0)
+    if args.max_new_tokens < (0 if infilling else 1):
+        floor = "0 (a template's masks only)" if infilling else "1"
+        raise ValueError(f"--max-new-tokens must be >= {floor}, got {args.max_new_tokens}.")
     if args.block_length is not None and args.block_length < 1:
         raise ValueError(f"--block-length must be >= 1, got {args.block_length}.")
     if args.temperature is not None and not args.temperature >= 0:
         raise ValueError(f"--temperature must be >= 0 (0 = greedy), got {args.temperature}.")
     if not args.prompt:
         raise ValueError('the prompt is empty; give the text to continue, e.g. "sort:3141=".')
+
+
+def is_template(prompt: str) -> bool:
+    """Whether `prompt` holds a `<mask...>` tag: an infilling template (`<mask:N>` = N masks)."""
+    return "<mask" in prompt
 
 
 def flag_fields(args: argparse.Namespace) -> dict[str, Any]:
@@ -245,7 +260,17 @@ class Session:
             text = self.tokenizer.apply_chat_template(
                 [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
             )
-        input_ids = self.tokenizer(text, return_tensors="pt")["input_ids"].to(self.device)  # [1, P]
+        self.template = getattr(args, "infill", False) or is_template(text)
+        if self.template:  # `<mask:N>` tags: N masks each (a template without one is refused)
+            from dllm_edit.infill import parse_template
+            from dllm_edit.special_tokens import resolve_special_tokens
+
+            mask_id = resolve_special_tokens(self.model, None, self.tokenizer).mask
+            text = text.replace("\\n", "\n").replace("\\t", "\t")  # as typed in a shell
+            ids = parse_template(text, self.tokenizer, mask_id)
+            input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)  # [1, P]
+        else:
+            input_ids = self.tokenizer(text, return_tensors="pt")["input_ids"].to(self.device)  # [1, P]
         if input_ids.shape[1] == 0:
             raise ValueError(f"the prompt {prompt!r} encodes to no tokens; give some text to continue.")
         limit = getattr(self.model.config, "max_position_embeddings", None)
@@ -298,11 +323,17 @@ class Session:
             raise TypeError("generate returned an output without num_forwards / tokens_per_forward")
         completion = out.completions(self.input_ids.shape[1])[0]  # up to and including the first EOS
         text = self.tokenizer.decode(completion, skip_special_tokens=True)
+        filled = None
+        if getattr(self, "template", False):  # the template with its masks filled
+            filled = self.tokenizer.decode(
+                out.sequences[0, : self.input_ids.shape[1]], skip_special_tokens=True
+            )
         forwards = int(out.num_forwards[0])
         tokens = len(completion)
         edits = self.edits(out, tokens)
         return {
             "text": text,
+            **({"filled": filled} if filled is not None else {}),
             "tokens": tokens,
             "num_forwards": forwards,
             "tokens_per_forward": float(out.tokens_per_forward[0]),
@@ -427,11 +458,13 @@ def generate_config(args: argparse.Namespace) -> Any:
         raise type(err)(f"--config {args.config!r} with the options given: {err}") from err
 
 
-def parse_generate(argv: Sequence[str]) -> argparse.Namespace:
+def parse_generate(argv: Sequence[str], prog: str = "dllm-edit generate") -> argparse.Namespace:
     """Parse and check `generate`'s options; reads the `--config` file (before any model is loaded)."""
     from .config_file import check_save_path, load_config_file
 
-    args = build_generate_parser().parse_args(list(argv))
+    parser = build_generate_parser()
+    parser.prog = prog
+    args = parser.parse_args(list(argv))
     args.max_new_tokens_given = args.max_new_tokens is not None
     args.file_config = None
     if args.config is not None:
@@ -451,11 +484,14 @@ def parse_generate(argv: Sequence[str]) -> argparse.Namespace:
     return args
 
 
-def run_generate(argv: Sequence[str]) -> int:
+def run_generate(argv: Sequence[str], infill: bool = False) -> int:
+    """`dllm-edit generate`, or with `infill=True` `dllm-edit infill` (a template, by default
+    `--max-new-tokens 0`)."""
     from .checks import check_writable_file
     from .replay import check_step_delay
 
-    args = parse_generate(argv)
+    args = parse_generate(argv, prog="dllm-edit infill" if infill else "dllm-edit generate")
+    args.infill = infill
     check_step_delay(args.step_delay)
     if args.step_delay > 0 and (args.json or args.no_live):
         off = "--json" if args.json else "--no-live"
@@ -472,7 +508,8 @@ def run_generate(argv: Sequence[str]) -> int:
         from .config_file import save_config_file
 
         save_config_file(config, args.save_config)
-    live = not args.json and not args.no_live and sys.stdout.isatty()
+    # the live canvas draws completions: a template's filled masks are printed at the end
+    live = not args.json and not args.no_live and sys.stdout.isatty() and not session.template
     streamer = None
     if live:
         from dllm_edit.terminal_streamer import TerminalEditStreamer
@@ -488,7 +525,7 @@ def run_generate(argv: Sequence[str]) -> int:
         print(json.dumps(result))
         return 0
     if not live:
-        print(args.prompt + result["text"])
+        print(result.get("filled", args.prompt) + result["text"])
     if result["edits"] and not live:  # the live canvas's last line already lists them
         print("edits (T2T rewrites of tokens the model had written):")
         print(describe_edits(result["edits"]))

@@ -63,8 +63,9 @@ class StepContext:
     Attributes:
         tokens: LongTensor `[B, S]`, the span's tokens at the top of the step (the "old" tokens).
         masked: BoolTensor `[B, S]`, positions holding the mask token at the top of the step.
-        editable: BoolTensor `[B, S]`, generated (non-prompt, non-padding) positions that were not
-            masked at the top of the step: the positions T2T may rewrite.
+        editable: BoolTensor `[B, S]`, positions the decoder wrote (the completion, and the prompt's
+            masks when infilling; never a token the user gave, nor padding) that were not masked at
+            the top of the step: the positions T2T may rewrite.
         in_block: BoolTensor `[S]`, True on the active block, False on the multi-block-edit window.
         cand_tokens: LongTensor `[B, S]`, the proposed token at every position.
         cand_probs: FloatTensor `[B, S]`, its probability.
