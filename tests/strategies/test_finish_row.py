@@ -167,6 +167,36 @@ def test_canvas_regime_is_refused_on_block_causal_before_any_forward():
     assert not calls
 
 
+def test_canvas_regime_is_refused_on_the_dual_cache():
+    from tests.helpers import tiny_llama
+
+    cfg = port_config(_prophet(4, (2.0, 1.5, 1.0), 2), 4, 8, use_cache=True)
+    with pytest.raises(ValueError, match=r"reads the whole canvas.*'bidirectional_dual_cache'"):
+        dllm_edit.generate(
+            tiny_llama(), torch.tensor([[5, 6, 7]]), generation_config=cfg, adapter="bidirectional_dual_cache"
+        )
+
+
+def test_canvas_regime_runs_on_the_approximate_prefix_cache():
+    # its forwards predict the blocks ahead; the cached prefix is the prompt only, so the first
+    # step of the run is exact, and a rule that fires there gives the uncached run's tokens
+    from tests.helpers import tiny_llama
+
+    model = tiny_llama()
+    cfg = port_config(_prophet(4, (-1.0, -1.0, -1.0), 2), 4, 12)
+    exact = dllm_edit.generate(
+        model, torch.tensor([[5, 6, 7]]), generation_config=cfg, adapter="bidirectional"
+    )
+    cached = dllm_edit.generate(
+        model,
+        torch.tensor([[5, 6, 7]]),
+        generation_config=cfg.replace(use_cache=True),
+        adapter="bidirectional_approx_cache",
+    )
+    assert int(cached.num_forwards[0]) == int(exact.num_forwards[0]) == 1
+    assert torch.equal(cached.sequences, exact.sequences)
+
+
 def test_canvas_regime_is_refused_with_kl():
     unmasking = _prophet(4, (2.0, 1.5, 1.0), 2)
     unmasking["base"] = {"type": "klass"}
