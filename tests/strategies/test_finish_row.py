@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 import dllm_edit
 from dllm_edit.strategies import CanvasView, Needs, Prophet, StepResult, Strategy
@@ -132,6 +134,35 @@ def test_canvas_regime_matches_the_port_over_several_blocks(answer_start, thresh
         assert _same_completion(batch, i, ids.shape[1], x[0, len(prompt) :]), ("batched", i)
     if thresholds[0] < 99:
         assert any(nfe < gen for _, nfe in expected)  # it fired early on some row
+
+
+@given(
+    prompt=st.lists(st.integers(2, MASK - 1), min_size=1, max_size=6),
+    bl=st.sampled_from([2, 4]),
+    blocks=st.integers(1, 4),
+    answer_start=st.integers(0, 15),
+    answer_length=st.integers(1, 5),
+    late=st.floats(0.5, 4.0),
+)
+def test_canvas_regime_equals_the_port_property(prompt, bl, blocks, answer_start, answer_length, late):
+    gen = bl * blocks
+    thresholds = (late + 2.0, late + 1.0, late)
+    unmasking = {**_prophet(bl, thresholds, answer_start), "answer_length": answer_length}
+    cfg = port_config(unmasking, bl, gen)
+    x, nfe = prophet_ref.generate(
+        BAG,
+        torch.tensor([prompt]),
+        mask_id=MASK,
+        steps=gen,
+        gen_length=gen,
+        block_length=bl,
+        answer_start_pos=len(prompt) + answer_start,
+        answer_length=answer_length,
+        thresholds=dict(zip(("early", "mid", "late"), thresholds)),
+    )
+    out = dllm_edit.generate(BAG, torch.tensor([prompt]), generation_config=cfg, adapter="bidirectional")
+    assert int(out.num_forwards[0]) == nfe
+    assert _same_completion(out, 0, len(prompt), x[0, len(prompt) :])
 
 
 @pytest.mark.parametrize("thresholds", [(2.0, 1.5, 1.0), (3.0, 2.0, 1.5)])
