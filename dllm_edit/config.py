@@ -35,6 +35,7 @@ _DEFAULTS: dict[str, Any] = {
     "num_to_transfer": 1,
     "steps": None,
     "eos_early_stop": True,
+    "eos_fill": False,
     "multi_block_edit": False,
     "multi_block_window": 1,
     "multi_block_threshold": None,
@@ -86,6 +87,10 @@ class EditGenerationConfig(GenerationConfig):
             LLaDA2.0's quota (`block_length` spread over the steps) with `block_start="absolute"`,
             LLaDA-1's (the block's masked count spread over the steps) with `"prompt_end"`.
         eos_early_stop: stop a row once a finished block leaves its completion mask-free with an EOS.
+        eos_fill: once a row commits an EOS, every mask after its first EOS (in the active block and
+            every later block) becomes EOS at once, and the row stops as soon as no mask is left in
+            its completion (dInfer's and `dllm`'s early stop): no forward is spent after that, not
+            even a verification step. Off by default; composes with every strategy and adapter.
         temperature: 0 = greedy: the candidate is the argmax and its probability (compared with the
             thresholds) is the full, unfiltered softmax, as in the reference decoder. > 0 samples.
         do_sample: transformers' spelling of the same choice; it must agree with `temperature`
@@ -150,6 +155,7 @@ class EditGenerationConfig(GenerationConfig):
     num_to_transfer: int
     steps: int | None
     eos_early_stop: bool
+    eos_fill: bool
     multi_block_edit: bool
     multi_block_window: int
     multi_block_threshold: float | Schedule | None
@@ -375,7 +381,14 @@ class EditGenerationConfig(GenerationConfig):
             )
         if not isinstance(self.repeat_penalty, (int, float)) or self.repeat_penalty < 0:
             raise ValueError(f"`repeat_penalty` must be a float >= 0 (0 = off), got {self.repeat_penalty!r}.")
-        for key in ("eos_early_stop", "multi_block_edit", "suppress_mask_token", "output_trace", "compile"):
+        for key in (
+            "eos_early_stop",
+            "eos_fill",
+            "multi_block_edit",
+            "suppress_mask_token",
+            "output_trace",
+            "compile",
+        ):
             if not isinstance(getattr(self, key), bool):
                 raise TypeError(f"`{key}` must be a bool, got {getattr(self, key)!r}.")
         if self.strategies is not None:

@@ -38,9 +38,9 @@ from dllm_edit.kernels import CandidateStats
 from dllm_edit.layout import CanvasLayout, build_canvas
 from dllm_edit.output import EditGenerationOutput, StepRecord, cut_after_first_eos
 from dllm_edit.proposer import Proposer
-from dllm_edit.run_checks import RunPlan, check_run
+from dllm_edit.run_checks import RunPlan, check_run, check_whole_canvas
 from dllm_edit.special_tokens import SpecialTokens, resolve_special_tokens
-from dllm_edit.strategies import StepContext, StepResult, Strategy
+from dllm_edit.strategies import CanvasView, StepContext, StepResult, Strategy
 from dllm_edit.streaming import StreamBridge
 
 
@@ -226,6 +226,7 @@ def generate(
             top_p_first=plan.needs.top_p_first,
         )
         session = _open_session(model, adapter_obj, config, layout, use_cache, special, plan)
+        check_whole_canvas(adapter_obj, session, strategies, plan)  # opening a session runs no forward
         loop = _Loop(session, config, strategies, layout, special, stream, propose, generator, plan)
         num_forwards, num_edits, trace = loop.run(canvas)
     finally:
@@ -292,6 +293,7 @@ class _BlockState:
     kept: tuple[torch.Tensor, torch.Tensor] | None = None  # previous step's ([B, S, V], [B, S]) for "kl"
     no_prev: torch.Tensor | None = None  # [B] rows without a previous forward at the block's first step
     saw_ahead: torch.Tensor | None = None  # [B] rows whose forwards kept the next block's distribution
+    view_positions: torch.Tensor | None = None  # [B, C] offsets over the whole-canvas view
     step_number: int = 0
 
 
@@ -332,6 +334,10 @@ class _Loop:
         self.last_kept: tuple[torch.Tensor, torch.Tensor] | None = None  # ([B, S, V], [B, S])
         self.ahead_kept: tuple[torch.Tensor, torch.Tensor] | None = None  # ([B, bl, V], [B, bl])
         self.saw_ahead: torch.Tensor | None = None  # [B]
+        # the forward over the whole completion (`Needs.whole_canvas`): slots [view.start, T)
+        self.whole = plan.needs.whole_canvas
+        self.view = slice(layout.first_block * layout.block_length, layout.canvas_length)
+        self.eos_fill = bool(config.eos_fill and special.eos)
 
     def run(self, canvas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, list[StepRecord] | None]:
         """Decode every block into `canvas` (in place); returns (num_forwards, num_edits, trace)."""
@@ -347,11 +353,19 @@ class _Loop:
             blk = self._start_block(canvas, block)
             while (top := self._top_of_step(canvas, blk)) is not None:
                 old, masked = top  # [B, S] tokens and masks at the top of the step
-                cand, shadow_probs = self._propose(canvas, blk, old)
+                if self.whole:
+                    cand, whole = self._propose_whole(canvas, blk, old)
+                    shadow_probs, view = None, self._canvas_view(canvas, blk, whole)
+                else:
+                    (cand, shadow_probs), view = self._propose(canvas, blk, old), None
                 blk.bad = (~torch.isfinite(cand.prob)).any(-1) & blk.active  # [B] read at the next step
-                ctx = self._context(blk, old, masked, cand, shadow_probs)
-                commit, edit, new = self._decide(ctx, blk)
+                ctx = self._context(blk, old, masked, cand, shadow_probs, view)
+                commit, edit, new, finish = self._decide(ctx, blk)
                 self._write(canvas, blk, old, masked, commit, edit, new, cand.prob)
+                if finish is not None:
+                    self._finish(canvas, blk, *finish, view)
+                if self.eos_fill:
+                    self._eos_fill(canvas, blk)
             if self._end_block(canvas, blk):
                 break
         self.stream.confirm(canvas, layout.canvas_length)
@@ -393,6 +407,11 @@ class _Loop:
             edited_slot=no_edit,
             # reset per block, unless the strategy keeps its history across blocks
             states=[state if carry else {} for state, carry in zip(self.states, self.carries)],
+            view_positions=(
+                torch.arange(self.view.start, self.view.stop, device=device) - first_generated[:, None]
+                if self.whole
+                else None
+            ),  # [B, C]
             **self._carried_previous(w),
         )
 
@@ -428,7 +447,7 @@ class _Loop:
         # rows whose block has ended and that will not decode again (their own canvas ends here,
         # or the EOS stop will end them after this block) leave the forward batch now, not at
         # the next block: a row still editing then costs the batch only its own compute
-        done = blk.last_block  # [B]
+        done = blk.last_block | self.finished  # [B]
         if blk.check_eos:
             done = done | _eos_done(canvas, self.layout, (blk.block + 1) * bl, special)  # [B]
         leaving = blk.in_forward & ~blk.active & done  # [B]
@@ -488,6 +507,77 @@ class _Loop:
             )
         cand = part.scatter_rows(rows, old)  # [B, S] fields; frozen rows keep their tokens
         return self._without_previous(cand, blk), shadow_probs
+
+    def _propose_whole(
+        self, canvas: torch.Tensor, blk: _BlockState, old: torch.Tensor
+    ) -> tuple[CandidateStats, CandidateStats]:
+        """`Needs.whole_canvas`: one forward's candidates over the whole completion (`[B, C]`
+        fields, slots `self.view`) and the span's slice of them (`[B, S]` fields)."""
+        layout = self.layout
+        behind = blk.block - layout.first_block  # the view starts at the first generated block
+        ahead = layout.num_blocks - blk.block - 1
+        logits = self.session.logits(canvas, blk.block, behind, ahead=ahead)  # [R, C, V]
+        if blk.all_rows:
+            whole = self.propose(logits, canvas, self.view, None)  # [B, C] fields
+        else:
+            part = self.propose(logits, canvas[blk.rows], self.view, None)  # [R, C] fields
+            whole = part.scatter_rows(blk.rows, canvas[:, self.view])  # [B, C] fields
+        lo = blk.span.start - self.view.start
+        width = old.shape[1]
+        span = CandidateStats._make(None if f is None else f[:, lo : lo + width] for f in whole)  # [B, S]
+        return span, whole
+
+    def _canvas_view(self, canvas: torch.Tensor, blk: _BlockState, whole: CandidateStats) -> CanvasView:
+        """The `StepContext.canvas` of a `Needs.whole_canvas` run (`[B, C]` fields)."""
+        tokens = canvas[:, self.view].clone()  # [B, C]
+        generated = self.layout.generated[:, self.view]  # [B, C]
+        assert blk.view_positions is not None  # set by _start_block when self.whole
+        return CanvasView(
+            start=self.view.start,
+            block_length=self.layout.block_length,
+            tokens=tokens,
+            masked=(tokens == self.special.mask) & generated,
+            generated=generated,
+            positions=blk.view_positions,
+            cand_tokens=whole.token,
+            cand_probs=whole.prob,
+            stats=whole.statistics(),
+        )
+
+    def _finish(
+        self,
+        canvas: torch.Tensor,
+        blk: _BlockState,
+        finish: torch.Tensor,
+        fill: torch.Tensor,
+        view: CanvasView | None,
+    ) -> None:
+        """Finish rows `finish` (`[B]`): every mask left in their completion takes `fill` (`[B]`;
+        -1: the step's candidate there, from the whole-canvas view), and the rows are frozen for the
+        rest of the run."""
+        left = (canvas == self.special.mask) & self.layout.generated & finish[:, None]  # [B, T]
+        tokens = fill[:, None].expand_as(canvas)  # [B, T]
+        if view is not None:
+            cands = canvas.clone()  # [B, T]
+            cands[:, self.view] = view.cand_tokens
+            tokens = torch.where(fill[:, None] >= 0, tokens, cands)  # [B, T]
+        canvas.copy_(torch.where(left, tokens, canvas))
+        self.finished = self.finished | finish
+        blk.active = blk.active & ~finish
+
+    def _eos_fill(self, canvas: torch.Tensor, blk: _BlockState) -> None:
+        """`eos_fill`: in each active row whose completion holds an EOS, every mask after its first
+        EOS becomes EOS; a row left with no mask is finished (frozen for the rest of the run)."""
+        generated = self.layout.generated  # [B, T]
+        eos = self.special.eos_tensor(canvas.device)  # [E]
+        is_eos = torch.isin(canvas, eos) & generated  # [B, T]
+        after = (is_eos.long().cumsum(-1) > 0) & (canvas == self.special.mask) & generated  # [B, T]
+        after = after & blk.active[:, None]
+        canvas.copy_(torch.where(after, eos[0], canvas))
+        left = ((canvas == self.special.mask) & generated).any(-1)  # [B]
+        done = blk.active & is_eos.any(-1) & ~left  # [B]
+        self.finished = self.finished | done
+        blk.active = blk.active & ~done
 
     def _scatter_kept(
         self, blk: _BlockState, kept: tuple[torch.Tensor, torch.Tensor], shape: torch.Size
@@ -549,6 +639,7 @@ class _Loop:
         masked: torch.Tensor,
         cand: CandidateStats,
         shadow_probs: torch.Tensor | None,
+        view: CanvasView | None = None,
     ) -> StepContext:
         stats = cand.statistics()  # every statistic the run declared
         if shadow_probs is not None:
@@ -568,10 +659,14 @@ class _Loop:
             positions=blk.positions,
             generator=self.generator,
             stats=stats,
+            canvas=view,
         )
 
-    def _decide(self, ctx: StepContext, blk: _BlockState) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Every strategy's step on the context (with its own state); their union, active rows only."""
+    def _decide(
+        self, ctx: StepContext, blk: _BlockState
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
+        """Every strategy's step on the context (with its own state); their union, active rows only;
+        the rows the strategies finish with their fill tokens (`[B]` each; -1: the candidates), or None."""
         results = [
             s.step(ctx if not blk.states[i] else ctx.with_state(blk.states[i]))
             for i, s in enumerate(self.strategies)
@@ -581,7 +676,29 @@ class _Loop:
             for old, r, carry in zip(blk.states, results, self.carries)
         ]
         commit, edit, new = _combine(results, ctx.tokens)
-        return commit & blk.active[:, None], edit & blk.active[:, None], new  # [B, S] each
+        finish = self._finishes(results, blk.active)
+        return commit & blk.active[:, None], edit & blk.active[:, None], new, finish  # [B, S] each
+
+    def _finishes(
+        self, results: list[StepResult], active: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The active rows the results finish (`[B]`) and their fill tokens (`[B]`, -1 for the
+        candidates; a later strategy's fill wins), or None when no result finishes a row."""
+        finish: torch.Tensor | None = None
+        fill = torch.full_like(active, -1, dtype=torch.long)  # [B]
+        for s, r in zip(self.strategies, results):
+            if r.finish is None:
+                continue
+            if r.fill is None and not self.whole:
+                raise TypeError(
+                    f"{type(s).__name__}.step returned `finish` without `fill`, which fills the row from the "
+                    "step's candidates over the whole canvas: declare Needs(whole_canvas=True) in its "
+                    "requires(), or return the fill token (`fill`, LongTensor [B])."
+                )
+            rows = r.finish & active  # [B]
+            fill = torch.where(rows, -1 if r.fill is None else r.fill, fill)  # [B]
+            finish = rows if finish is None else finish | rows
+        return None if finish is None else (finish, fill)
 
     def _write(
         self,

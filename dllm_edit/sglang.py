@@ -118,6 +118,11 @@ def export_sglang(
         )
     if config.multi_block_edit:
         problems.append("`multi_block_edit=True`: SGLang edits only the active block")
+    if getattr(config, "eos_fill", False):
+        problems.append(
+            "`eos_fill=True`: JointThreshold has no EOS fill (it decodes every block; the EOS stop ends "
+            "the request after a block)"
+        )
     if config.num_to_transfer != 1:
         problems.append(
             f"`num_to_transfer={config.num_to_transfer}`: SGLang's fallback commits exactly 1 token"

@@ -37,6 +37,7 @@ MODULES = [
     "dllm_edit.replay",
     "dllm_edit.strategies.base",
     "dllm_edit.strategies.needs",
+    "dllm_edit.strategies.canvas_view",
     "dllm_edit.strategies.fields",
     "dllm_edit.strategies.selection",
     "dllm_edit.strategies.schedules",

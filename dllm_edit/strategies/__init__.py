@@ -10,6 +10,7 @@ CONTRIBUTING.md, "Add a decoding algorithm".
 
 from . import fields, selection
 from .base import InputName, StepContext, StepResult, Strategy
+from .canvas_view import CanvasView
 from .dream import DreamUnmask
 from .eb_sampler import EBSampler
 from .edit import TokenEdit, select_edits
@@ -63,6 +64,7 @@ __all__ = [
     "KLASS",
     "WINO",
     "AdjacentRepeatPenalty",
+    "CanvasView",
     "Constant",
     "Cosine",
     "DreamUnmask",

@@ -20,6 +20,7 @@ import torch
 
 from dllm_edit.kernels import STAT_NAMES, StatName
 
+from .canvas_view import CanvasView
 from .fields import threshold_field
 from .needs import Needs, merge_needs
 from .schedules import Schedule
@@ -98,6 +99,9 @@ class StepContext:
             `Needs(across_blocks=True)` and the previous forward predicted the slot);
             `"shadow_prob"`, the probability of each active-block slot's token under WINO's shadow
             block.
+        canvas: the step's forward over the whole completion (`CanvasView`: tokens, masks,
+            candidates and the declared statistics from the first generated block to the canvas's
+            end) when a strategy of the run declares `Needs(whole_canvas=True)`, else None.
 
     The earlier keyword names `current_probs`, `top_probs`, `second_probs`, `entropy`, `kl_prev`
     and `shadow_probs` are still accepted by the constructor and readable as attributes (None
@@ -119,6 +123,7 @@ class StepContext:
     generator: torch.Generator | None
     state: Mapping[str, torch.Tensor]
     stats: Mapping[str, torch.Tensor]
+    canvas: CanvasView | None
 
     def __init__(
         self,
@@ -137,6 +142,7 @@ class StepContext:
         generator: torch.Generator | None = None,
         state: Mapping[str, torch.Tensor] | None = None,
         stats: Mapping[str, torch.Tensor] | None = None,
+        canvas: CanvasView | None = None,
         **inputs: torch.Tensor | None,
     ) -> None:
         values = dict(stats or {})
@@ -169,6 +175,7 @@ class StepContext:
             generator=generator,
             state=state if state is not None else {},
             stats=values,
+            canvas=canvas,
         )
         for key, stored in fields.items():
             object.__setattr__(self, key, stored)
@@ -227,12 +234,21 @@ class StepResult:
         state: the strategy's per-row state after this step (tensors with the batch as first dim),
             handed back as `StepContext.state` at the next step of the block (and across blocks
             with `Needs(across_blocks=True)`); None keeps no state.
+        finish: BoolTensor `[B]`, rows this step *finishes* (None: none). After the step's writes
+            the loop fills every mask left in such a row's whole completion (the active block and
+            every block after it) and freezes the row for the rest of the run, like a row stopped
+            at EOS: it spends no more forwards. The fill is `fill` where given, else the step's
+            candidates (`StepContext.canvas.cand_tokens`, which needs `Needs(whole_canvas=True)`).
+        fill: LongTensor `[B]`, the token a finished row's masks take (e.g. EOS); None: the
+            step's candidates.
     """
 
     commit: torch.Tensor
     edit: torch.Tensor
     tokens: torch.Tensor
     state: Mapping[str, torch.Tensor] | None = None
+    finish: torch.Tensor | None = None
+    fill: torch.Tensor | None = None
 
     @staticmethod
     def unmasking(ctx: StepContext, commit: torch.Tensor) -> StepResult:

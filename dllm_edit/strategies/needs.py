@@ -58,6 +58,13 @@ class Needs:
             LM, the approximate prefix cache) the loop keeps the previous forward's distribution of
             the next block too; elsewhere (block-causal, dual cache, WINO's shadow block) no earlier
             forward predicted the block and `"kl"` is `+inf` at its first step, as without it.
+        whole_canvas: `step` reads the step's forward over the whole completion
+            (`StepContext.canvas`: the candidates and declared statistics of every slot from the
+            first generated block to the canvas's end) and may finish a row from it
+            (`StepResult.finish` without `fill`). Only adapters whose forwards predict the blocks
+            ahead give it (bidirectional, shifted, masked LM, the approximate prefix cache, which
+            then caches the prompt only); block-causal models, the dual cache and WINO's shadow
+            block are refused before the first forward. Not with `"kl"`.
         top_p_first: with both `top_k` and `top_p` set, the candidate pass filters top-p first,
             then top-k (Dream's `sample_tokens`); otherwise top-k first (transformers' order).
 
@@ -79,6 +86,7 @@ class Needs:
     batch_independent: bool = True
     across_blocks: bool = False
     top_p_first: bool = False
+    whole_canvas: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stats", resolve_stats("Needs", self.stats, companions=False))
@@ -89,7 +97,14 @@ class Needs:
         size = self.vocab_size
         if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
             raise ValueError(f"`vocab_size` of Needs must be None or an int >= 1, got {size!r}.")
-        for name in ("shadow_block", "remasks", "batch_independent", "across_blocks", "top_p_first"):
+        for name in (
+            "shadow_block",
+            "remasks",
+            "batch_independent",
+            "across_blocks",
+            "top_p_first",
+            "whole_canvas",
+        ):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"`{name}` of Needs must be a bool, got {getattr(self, name)!r}.")
         if self.progress_every_step is None:
@@ -114,9 +129,9 @@ def merge_needs(needs: Iterable[Needs]) -> Needs:
     """The needs of running several strategies in one loop (or one rule and its parts).
 
     Statistics are united, the window is the largest, the shadow block, re-masking, a history
-    across blocks and Dream's filter order are needed if any part needs them, extra forwards add
-    up (each part may spend its own), the claims hold only if every part makes them, and
-    vocabulary sizes must agree.
+    across blocks, the whole canvas and Dream's filter order are needed if any part needs them,
+    extra forwards add up (each part may spend its own), the claims hold only if every part makes
+    them, and vocabulary sizes must agree.
 
     Raises:
         ValueError: two parts are sized for different vocabularies.
@@ -149,6 +164,7 @@ def merge_needs(needs: Iterable[Needs]) -> Needs:
         batch_independent=all(n.batch_independent for n in parts),
         across_blocks=any(n.across_blocks for n in parts),
         top_p_first=any(n.top_p_first for n in parts),
+        whole_canvas=any(n.whole_canvas for n in parts),
     )
 
 

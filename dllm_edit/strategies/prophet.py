@@ -15,6 +15,9 @@ from .registry import get_strategy, strategy_from_dict
 from .selection import masked_in_block
 from .unmask import ThresholdUnmask
 
+#: Prophet's regimes: the authors' whole-canvas rule, or the per-block rule.
+REGIMES = ("canvas", "block")
+
 
 def _base_strategy(value: Any) -> Strategy:
     if value is None:
@@ -53,14 +56,30 @@ class Prophet(Strategy):
     `< phase_bounds[1]`, else `thresholds[2]` (comparison `ḡ >= θ`). A row whose region is not in
     the span never fires.
 
-    Matches `pixeli99/Prophet:generate_earlyexit.py` (`generate` and `should_early_exit`,
-    @460afe4; defaults 7.5 / 5.0 / 2.5 at 33 % / 67 %, `answer_length` 5, base LLaDA's
-    low-confidence quota) when the completion is one block (`block_length = max_new_tokens`).
-    Across several blocks the reference differs: its progress counts the steps of all blocks, its
-    region is read from the whole canvas (here from the span: a region in a later block is not
-    seen before that block, and one in an earlier block no longer), and firing fills every mask of
-    the canvas and stops (here those of the active block; later blocks decode with the rule again:
-    with `answer_start=None` a block that has converged fires at its first step).
+    Two regimes (the field `regime`):
+
+    - `"canvas"`, the authors' (`pixeli99/Prophet:generate_earlyexit.py`, `generate` and
+      `should_early_exit`, @460afe4): progress counts the steps of all blocks,
+      `progress = (block_index * steps + step + 1) / (steps * blocks)`; the region is read from
+      the step's forward over the whole completion (`StepContext.canvas`, wherever the region lies:
+      ahead of the block, in it or behind it; `answer_start=None`: every mask of the completion);
+      on a hit every mask of the row's completion takes this forward's candidate and the row stops
+      (`StepResult.finish`: the loop spends no more forwards on it). It declares
+      `Needs(whole_canvas=True)`, so it runs only on adapters whose forwards predict the blocks
+      ahead (bidirectional, shifted, masked LM, the approximate prefix cache); block-causal models
+      and the dual cache are refused before the first forward. With the reference's settings
+      (LLaDA's quota as `base` with `steps` per block, e.g. 256 new tokens in blocks of 32) it gives
+      the reference's tokens and forward count.
+    - `"block"` (the default): progress counts the block's steps, the region is read from the span
+      (a region in a later block is not seen before that block, and one in an earlier block no
+      longer), and a hit fills the active block's masks only (later blocks decode with the rule
+      again: with `answer_start=None` a block that has converged fires at its first step). It runs
+      on every adapter, block-causal models included, and equals the authors' regime when the
+      completion is one block (`block_length = max_new_tokens`).
+
+    The default stays `"block"`: a strategy's `Needs` is one static declaration, so a default that
+    switched regime with the adapter would make one config decode differently by model; choose
+    `"canvas"` for the authors' behaviour on a bidirectional model.
 
     Composition: `base` is any unmasking strategy (its needs are merged into Prophet's by
     `Strategy.needs`, its state passes through); editing strategies compose beside Prophet as with
@@ -74,7 +93,11 @@ class Prophet(Strategy):
         answer_start: the first watched completion offset (None: the block's masks).
         answer_length: the watched slots (>= 1, default 5).
         steps: the progress horizon in forwards per block (None: the base's `steps` when it has
-            one, else the block's masks at its first step).
+            one, else the block's masks at its first step); `"canvas"` multiplies it by the
+            row's blocks.
+        regime: `"block"` (default: per-block progress, region in the span, fills the block) or
+            `"canvas"` (the authors': progress over all steps, region anywhere in the completion,
+            fills the whole row and stops it; needs an adapter that sees the blocks ahead).
 
     Examples:
         >>> import torch
@@ -98,6 +121,7 @@ class Prophet(Strategy):
     answer_start: int | None = None
     answer_length: int = 5
     steps: int | None = None
+    regime: str = "block"
 
     unmasks = True
     sweep = ("thresholds", ((10.0, 7.5, 5.0), (7.5, 5.0, 2.5), (5.0, 2.5, 1.0)))
@@ -116,10 +140,18 @@ class Prophet(Strategy):
         )
         fields.optional_int("Prophet", "steps", self.steps, 1, "the progress horizon in forwards per block")
         fields.positive_int("Prophet", "answer_length", self.answer_length, "slots watched")
+        fields.choice(
+            "Prophet",
+            "regime",
+            self.regime,
+            REGIMES,
+            "'canvas' is the authors' (whole-canvas region and fill), 'block' the per-block rule",
+        )
 
     def requires(self) -> Needs:
-        """The top-1 / top-2 logit gap (the base's needs are merged in by `needs`)."""
-        return Needs(stats={"logit_gap"})
+        """The top-1 / top-2 logit gap, and the whole canvas in the authors' regime (the base's needs
+        are merged in by `needs`)."""
+        return Needs(stats={"logit_gap"}, whole_canvas=self.regime == "canvas")
 
     def _horizon(self, ctx: StepContext) -> torch.Tensor:
         steps = self.steps if self.steps is not None else getattr(self.base, "steps", None)
@@ -127,9 +159,50 @@ class Prophet(Strategy):
             return torch.full_like(ctx.step, steps)  # [B]
         return ctx.block_masked.clamp(min=1)  # [B]
 
+    def _theta(self, progress: torch.Tensor) -> torch.Tensor:
+        """The phase threshold at `progress` (`[B]` float64)."""
+        early, mid, late = self.thresholds
+        return torch.where(
+            progress < self.phase_bounds[0],
+            early,
+            torch.where(progress < self.phase_bounds[1], mid, late),
+        )  # [B] float64
+
+    def _fires_on_canvas(self, ctx: StepContext) -> torch.Tensor:
+        """The authors' regime: BoolTensor `[B]`, rows whose gap over the region of the whole
+        completion reaches the threshold of their progress over all steps."""
+        view = ctx.canvas
+        if view is None:
+            raise LookupError(
+                "Prophet(regime='canvas') reads StepContext.canvas, which the loop gives with "
+                "Needs(whole_canvas=True); pass canvas=CanvasView(...) when building a context by hand."
+            )
+        if self.answer_start is None:
+            region = view.masked  # [B, C]
+        else:
+            offset = view.positions - self.answer_start  # [B, C]
+            region = view.generated & (offset >= 0) & (offset < self.answer_length)  # [B, C]
+        gap = torch.where(region, view.stat("logit_gap"), torch.zeros_like(view.cand_probs))  # [B, C]
+        count = region.sum(-1)  # [B]
+        mean_gap = gap.sum(-1) / count.clamp(min=1)  # [B]
+        per_block = self._horizon(ctx).to(torch.float64)  # [B]
+        done = ctx.block_index * per_block + ctx.step.to(torch.float64)  # [B] steps before this one
+        progress = (done + 1) / (per_block * view.row_blocks().clamp(min=1))  # [B]
+        return (count > 0) & view.masked.any(-1) & (mean_gap.to(torch.float64) >= self._theta(progress))
+
     def step(self, ctx: StepContext) -> StepResult:
         base = self.base.step(ctx)
         masked = masked_in_block(ctx)  # [B, S]
+        if self.regime == "canvas":
+            fire = self._fires_on_canvas(ctx)  # [B]
+            fire_2d = fire[:, None]  # [B, 1]
+            return StepResult(
+                commit=torch.where(fire_2d, masked, base.commit),  # [B, S]
+                edit=base.edit & ~fire_2d,  # [B, S]
+                tokens=torch.where(fire_2d, ctx.cand_tokens, base.tokens),  # [B, S]
+                state=base.state,
+                finish=fire,  # [B] the loop fills the rest of the row from this forward
+            )
         if self.answer_start is None:
             region = masked  # [B, S]
         else:
@@ -139,13 +212,7 @@ class Prophet(Strategy):
         count = region.sum(-1)  # [B]
         mean_gap = gap.sum(-1) / count.clamp(min=1)  # [B]
         progress = (ctx.step + 1).to(torch.float64) / self._horizon(ctx).to(torch.float64)  # [B]
-        early, mid, late = self.thresholds
-        theta = torch.where(
-            progress < self.phase_bounds[0],
-            early,
-            torch.where(progress < self.phase_bounds[1], mid, late),
-        )  # [B] float64
-        fire = (count > 0) & masked.any(-1) & (mean_gap.to(torch.float64) >= theta)  # [B]
+        fire = (count > 0) & masked.any(-1) & (mean_gap.to(torch.float64) >= self._theta(progress))  # [B]
         fire_2d = fire[:, None]  # [B, 1]
         return StepResult(
             commit=torch.where(fire_2d, masked, base.commit),  # [B, S]

@@ -56,6 +56,7 @@ def test_editing_off_really_turns_sglang_editing_off():
     "fields, architecture, named",
     [
         ({"multi_block_edit": True}, None, "multi_block_edit"),
+        ({"eos_fill": True}, None, "eos_fill"),
         ({"threshold": Linear(0.9, 0.5, num_steps=4)}, None, "`threshold` is a Linear schedule"),
         (
             {"editing_threshold": Linear(0.9, 0.5, num_steps=4)},

@@ -3,7 +3,8 @@
 Unit tests on hand-built `StepContext`s pin the phases (against the port's rule), the answer region,
 the fallback to the base rule and the base passed through (state, needs); end to end,
 `dllm_edit.generate` is compared with the port in `tests/references/prophet.py` on one block, and the
-documented difference across blocks is shown.
+documented difference of the per-block regime across blocks is shown. The authors' regime
+(`regime="canvas"`) against the port over several blocks: `tests/strategies/test_finish_row.py`.
 """
 
 from __future__ import annotations
