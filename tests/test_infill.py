@@ -205,3 +205,36 @@ def test_infill_refuses_inputs_without_masks():
     with pytest.raises(TypeError, match="`tokenizer` is needed to encode templates"):
         dllm_edit.infill(model, "w2 <mask:2>", generation_config=_config(), adapter="bidirectional")
     assert model.calls == 0
+
+
+def test_a_pipeline_infills_a_prompt_holding_the_mask_token():
+    """`patch_generate` + transformers' text-generation pipeline: a prompt whose text holds the
+    tokenizer's mask token is infilled, as `dllm_edit.generate` infills the same ids."""
+    from transformers import pipeline
+
+    from dllm_edit.models import LLaDAConfig, LLaDAModelLM
+
+    torch.manual_seed(0)  # the test's own weights: the library never seeds
+    model = LLaDAModelLM(
+        LLaDAConfig(
+            d_model=32,
+            n_heads=4,
+            n_kv_heads=4,
+            n_layers=1,
+            mlp_hidden_size=64,
+            vocab_size=VOCAB,
+            embedding_size=VOCAB,
+            **IDS,
+        )
+    ).eval()  # full attention: the prompt's masks see the text after them
+    tok = tiny_tokenizer()
+    config = _config(max_new_tokens=4, eos_early_stop=False)
+    dllm_edit.patch_generate(model, config)
+    pipe = pipeline("text-generation", model=model, tokenizer=tok)
+    ids = tok("w5 <mask> w7", return_tensors="pt").input_ids
+    assert (ids == MASK).any()
+    direct = dllm_edit.generate(model, ids, generation_config=config).sequences
+    assert bool((direct != MASK).all())  # the prompt's mask is filled
+    # the pipeline's token ids carry the filled prompt (its text output re-uses the prompt's text)
+    out = pipe("w5 <mask> w7", max_new_tokens=4, return_tensors=True)[0]["generated_token_ids"]
+    assert list(out) == direct[0].tolist()
