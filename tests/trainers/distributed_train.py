@@ -100,6 +100,9 @@ def main() -> None:
         wrapper = type(trainer.model_wrapped).__name__  # type: ignore[attr-defined]
         weights = {k: v.detach().cpu() for k, v in state.items()}
         torch.save({"logs": logs, "state": weights, "wrapper": wrapper}, options.out)
+    if torch.distributed.is_initialized():  # join gloo's threads before exit: else a rank may abort
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
