@@ -100,9 +100,12 @@ def main() -> None:
         wrapper = type(trainer.model_wrapped).__name__  # type: ignore[attr-defined]
         weights = {k: v.detach().cpu() for k, v in state.items()}
         torch.save({"logs": logs, "state": weights, "wrapper": wrapper}, options.out)
-    if torch.distributed.is_initialized():  # join gloo's threads before exit: else a rank may abort
-        torch.distributed.barrier()
-        torch.distributed.destroy_process_group()
+    # Every collective is done and the results are written: leave without the interpreter's teardown,
+    # where gloo's threads, still alive, made a rank abort now and then ("terminate called without an
+    # active exception"); destroy_process_group() instead could hang one rank.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
