@@ -73,3 +73,20 @@ def seeded_state_dict(model: torch.nn.Module, seed: int = 0, std: float = 0.1) -
         is_norm = value.dim() == 1 and ("norm" in key or ".ln_" in key)
         out[key] = (1.0 + draw if is_norm else draw).to(value.dtype)
     return out
+
+
+def require_remote(family: str, module: str) -> None:
+    """Exit a recording script with the fix when `family`'s remote code is not provided."""
+    if remote_dir(family) is None:
+        raise SystemExit(f"set {ENV} to the folder holding {family}/{module}.py")
+
+
+def save_recording(path: Path, **fields: object) -> None:
+    """Write a recording of remote-code outputs to `path` (tensors as float32 copies) and say so."""
+    record = {
+        k: v.detach().to(torch.float32).clone() if torch.is_tensor(v) and v.is_floating_point() else v
+        for k, v in fields.items()
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(record, path)
+    print(f"wrote {path} ({path.stat().st_size} bytes)")

@@ -12,36 +12,29 @@ block-causal boolean mask `block_causal_mask()`.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 
-from tests.helpers.remote_code import ENV, remote_dir, seeded_state_dict
+from tests.helpers.remote_code import require_remote, save_recording, seeded_state_dict
 from tests.models.test_dream import DATA, INPUT_IDS, SEED, TINY_CONFIG, block_causal_mask, remote_classes
 
 
 def main() -> None:
-    if remote_dir("dream") is None:
-        raise SystemExit(f"set {ENV} to the folder holding dream/modeling_dream.py")
+    require_remote("dream", "modeling_dream")
     config_class, model_class = remote_classes()
     model = model_class(config_class(**TINY_CONFIG, attn_implementation="sdpa")).eval()
     model.load_state_dict(seeded_state_dict(model, SEED))
     with torch.no_grad():
         full = model(INPUT_IDS).logits  # [B, T, V]
         blocked = model(INPUT_IDS, attention_mask=block_causal_mask()).logits  # [B, T, V]
-    DATA.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(
-        {
-            "config": TINY_CONFIG,
-            "seed": SEED,
-            "input_ids": INPUT_IDS,
-            "logits": full.to(torch.float32).clone(),
-            "logits_block_causal": blocked.to(torch.float32).clone(),
-            "source": "the checkpoints' modeling_dream.py (the dllm repository's copy), transformers 4.57",
-        },
+    save_recording(
         DATA,
+        config=TINY_CONFIG,
+        seed=SEED,
+        input_ids=INPUT_IDS,
+        logits=full,
+        logits_block_causal=blocked,
+        source="the checkpoints' modeling_dream.py (the dllm repository's copy), transformers 4.57",
     )
-    print(f"wrote {DATA} ({Path(DATA).stat().st_size} bytes)")
 
 
 if __name__ == "__main__":

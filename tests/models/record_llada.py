@@ -13,11 +13,9 @@ the remote's `attention_bias`).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 
-from tests.helpers.remote_code import ENV, remote_dir
+from tests.helpers.remote_code import require_remote, save_recording
 from tests.models.test_llada import (
     DATA,
     INPUT_IDS,
@@ -30,28 +28,23 @@ from tests.models.test_llada import (
 
 
 def main() -> None:
-    if remote_dir("llada") is None:
-        raise SystemExit(f"set {ENV} to the folder holding llada/modeling_llada.py")
+    require_remote("llada", "modeling_llada")
     model = remote_model()
     with torch.no_grad():
         full = model(INPUT_IDS).logits  # [B, T, V]
         padded = model(INPUT_IDS, attention_mask=PADDING_MASK).logits  # [B, T, V]
         blocked = model(INPUT_IDS, attention_bias=block_causal_mask()).logits  # [B, T, V]
-    DATA.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(
-        {
-            "config": TINY_CONFIG,
-            "seed": SEED,
-            "input_ids": INPUT_IDS,
-            "padding_mask": PADDING_MASK,
-            "logits": full.to(torch.float32).clone(),
-            "logits_padding": padded.to(torch.float32).clone(),
-            "logits_block_causal": blocked.to(torch.float32).clone(),
-            "source": "the checkpoints' modeling_llada.py (the dllm repository's copy), transformers 4.57",
-        },
+    save_recording(
         DATA,
+        config=TINY_CONFIG,
+        seed=SEED,
+        input_ids=INPUT_IDS,
+        padding_mask=PADDING_MASK,
+        logits=full,
+        logits_padding=padded,
+        logits_block_causal=blocked,
+        source="the checkpoints' modeling_llada.py (the dllm repository's copy), transformers 4.57",
     )
-    print(f"wrote {DATA} ({Path(DATA).stat().st_size} bytes)")
 
 
 if __name__ == "__main__":

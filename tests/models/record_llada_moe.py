@@ -12,38 +12,31 @@ float32, eager attention, on `INPUT_IDS`: the logits with no mask and with the 2
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 import transformers
 
-from tests.helpers.remote_code import ENV, remote_dir
+from tests.helpers.remote_code import require_remote, save_recording
 from tests.models.test_llada_moe import DATA, FAMILY, INPUT_IDS, PADDING, SEED, TINY_CONFIG, remote_model
 
 
 def main() -> None:
-    if remote_dir(FAMILY) is None:
-        raise SystemExit(f"set {ENV} to the folder holding {FAMILY}/modeling_lladamoe.py")
+    require_remote(FAMILY, "modeling_lladamoe")
     model = remote_model("eager")  # seeded with SEED
     with torch.no_grad():
         full = model(INPUT_IDS).logits  # [B, T, V]
         padded = model(INPUT_IDS, attention_mask=PADDING).logits  # [B, T, V]
-    DATA.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(
-        {
-            "config": TINY_CONFIG,
-            "seed": SEED,
-            "input_ids": INPUT_IDS.clone(),
-            "padding": PADDING.clone(),
-            "logits": full.to(torch.float32).clone(),
-            "logits_padded": padded.to(torch.float32).clone(),
-            "state_dict_keys": list(model.state_dict()),
-            "source": "modeling_lladamoe.py (the dllm repository's copy of the hub files), transformers "
-            + transformers.__version__,
-        },
+    save_recording(
         DATA,
+        config=TINY_CONFIG,
+        seed=SEED,
+        input_ids=INPUT_IDS.clone(),
+        padding=PADDING.clone(),
+        logits=full,
+        logits_padded=padded,
+        state_dict_keys=list(model.state_dict()),
+        source="modeling_lladamoe.py (the dllm repository's copy of the hub files), transformers "
+        + transformers.__version__,
     )
-    print(f"wrote {DATA} ({Path(DATA).stat().st_size} bytes)")
 
 
 if __name__ == "__main__":
