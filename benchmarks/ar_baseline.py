@@ -49,7 +49,7 @@ SHARED_FIELDS = (
     "logging_steps",
     "save_strategy",
     "save_steps",
-    "gradient_checkpointing",
+    "activation_checkpointing",
     "bf16",
     "seed",
     "report_to",
@@ -71,6 +71,7 @@ def load_config(argv: list[str]) -> tuple[argparse.Namespace, dict, Any]:
     from trl import SFTConfig
 
     from dllm_edit.cli.recipe import resolve_resume
+    from dllm_edit.trainers.checkpointing_names import TRANSFORMERS_HAS_NEW_NAMES
 
     args, overrides = parse_args(argv)
     recipe = yaml.safe_load(Path(args.config).read_text())
@@ -90,6 +91,8 @@ def load_config(argv: list[str]) -> tuple[argparse.Namespace, dict, Any]:
             recipe[name] = value
         else:
             fields[name] = yaml.safe_load(value)
+    if not TRANSFORMERS_HAS_NEW_NAMES and "activation_checkpointing" in fields:  # TRL's own SFTConfig on 4.x
+        fields["gradient_checkpointing"] = fields.pop("activation_checkpointing")
     config = SFTConfig(output_dir=args.output_dir, completion_only_loss=True, **fields)
     # checked here, before any loading: `true` must find a checkpoint, a path must be a folder
     config.resume_from_checkpoint = resolve_resume(config.resume_from_checkpoint, args.output_dir)

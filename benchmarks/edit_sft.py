@@ -86,7 +86,7 @@ def train(variant: str, args: argparse.Namespace, tokenizer, data: Dataset) -> t
         logging_steps=max(1, args.steps // 10),
         save_strategy="no",
         report_to="none",
-        gradient_checkpointing=False,
+        activation_checkpointing=False,
         use_cpu=True,
         seed=args.seed,
         disable_tqdm=True,

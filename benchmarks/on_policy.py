@@ -68,7 +68,7 @@ def train(steps: int, fields: dict, seed: int, args: argparse.Namespace, tokeniz
         logging_steps=max(1, steps // 5),
         save_strategy="no",
         report_to="none",
-        gradient_checkpointing=False,
+        activation_checkpointing=False,
         use_cpu=True,
         seed=seed,
         disable_tqdm=True,

@@ -79,7 +79,7 @@ def train_small_model(
             logging_steps=max(1, steps // 4),
             save_strategy="no",
             report_to="none",
-            gradient_checkpointing=False,
+            activation_checkpointing=False,
             use_cpu=not torch.cuda.is_available(),
             disable_tqdm=True,
             seed=seed,

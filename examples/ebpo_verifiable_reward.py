@@ -52,7 +52,7 @@ def main() -> None:
     common = dict(
         report_to="none",
         save_strategy="no",
-        gradient_checkpointing=False,
+        activation_checkpointing=False,
         use_cpu=not torch.cuda.is_available(),
         disable_tqdm=True,
         logging_steps=10,

@@ -71,7 +71,7 @@ def main() -> None:
         logging_steps=max(1, args.steps // 5),
         save_strategy="no",
         report_to="none",
-        gradient_checkpointing=False,
+        activation_checkpointing=False,
         use_cpu=not torch.cuda.is_available(),
         disable_tqdm=args.tiny,
     )

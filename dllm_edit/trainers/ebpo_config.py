@@ -9,6 +9,13 @@ from typing import Any
 import torch
 from trl import GRPOConfig
 
+from .checkpointing_names import (
+    NEW_KWARGS_HELP,
+    NEW_NAME_HELP,
+    OLD_NAME_HELP,
+    TRANSFORMERS_HAS_NEW_NAMES,
+    resolve_checkpointing_names,
+)
 from .config_fields import EBPO_REFUSED, check_refused
 from .diffusion_forward import ATTENTION_FORMS
 from .ebpo_loss import RATIO_LEVELS
@@ -66,6 +73,18 @@ class EBPOConfig(GRPOConfig):
         ('sequence', 2, 0.2)
     """
 
+    # activation checkpointing under transformers 5.25's name on every release (checkpointing_names)
+    if TRANSFORMERS_HAS_NEW_NAMES:
+        gradient_checkpointing: bool | None = field(  # type: ignore[assignment]
+            default=None, metadata={"help": OLD_NAME_HELP, "nargs": "?", "const": True}
+        )
+    else:
+        activation_checkpointing: bool | None = field(
+            default=None, metadata={"help": NEW_NAME_HELP, "nargs": "?", "const": True}
+        )
+        activation_checkpointing_kwargs: dict[str, Any] | str | None = field(
+            default=None, metadata={"help": NEW_KWARGS_HELP}
+        )
     elbo_timesteps: int = field(default=2, metadata={"help": "N: timesteps (forwards) per ELBO estimate."})
     timestep_min: float = field(default=0.1, metadata={"help": "Lowest ELBO timestep t."})
     timestep_max: float = field(default=1.0, metadata={"help": "Highest ELBO timestep t."})
@@ -102,6 +121,7 @@ class EBPOConfig(GRPOConfig):
 
     def __post_init__(self) -> None:
         check_refused(self, GRPOConfig, EBPO_REFUSED, "EBPOTrainer")  # before anything is resolved or loaded
+        resolve_checkpointing_names(self)
         if self.bf16 is None and not self.fp16:
             self.bf16 = bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
         if isinstance(self.rollout_overrides, str):

@@ -199,7 +199,7 @@ class EBPOTrainer(SavesDecodingConfig, Trainer):
             from peft import get_peft_model
 
             model = get_peft_model(model, peft_config)
-            if args.gradient_checkpointing:
+            if args.activation_checkpointing:
                 model.enable_input_require_grads()
         if args.disable_dropout:
             from trl.trainer.utils import disable_dropout_in_model

@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from trl import SFTConfig
 
+from .checkpointing_names import (
+    NEW_KWARGS_HELP,
+    NEW_NAME_HELP,
+    OLD_NAME_HELP,
+    TRANSFORMERS_HAS_NEW_NAMES,
+    resolve_checkpointing_names,
+)
 from .config_fields import SFT_REFUSED, check_refused
 from .corruption import SEMI_AR_MEANING, SHIFT_MEANING, check_fraction, check_rate_range
 from .diffusion_forward import ATTENTION_FORMS
@@ -111,6 +119,18 @@ class EditSFTConfig(SFTConfig):
         (0.3, 1.0)
     """
 
+    # activation checkpointing under transformers 5.25's name on every release (checkpointing_names)
+    if TRANSFORMERS_HAS_NEW_NAMES:
+        gradient_checkpointing: bool | None = field(  # type: ignore[assignment]
+            default=None, metadata={"help": OLD_NAME_HELP, "nargs": "?", "const": True}
+        )
+    else:
+        activation_checkpointing: bool | None = field(
+            default=None, metadata={"help": NEW_NAME_HELP, "nargs": "?", "const": True}
+        )
+        activation_checkpointing_kwargs: dict[str, Any] | str | None = field(
+            default=None, metadata={"help": NEW_KWARGS_HELP}
+        )
     mask_token_id: int | None = field(
         default=None,
         metadata={"help": "Mask token id. Default: the tokenizer's mask_token_id, then the model config's."},
@@ -213,6 +233,7 @@ class EditSFTConfig(SFTConfig):
 
     def __post_init__(self) -> None:
         check_refused(self, SFTConfig, SFT_REFUSED, "EditSFTTrainer")  # before anything is resolved or loaded
+        resolve_checkpointing_names(self)
         if self.bf16 is None and not self.fp16:
             self.bf16 = bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
         super().__post_init__()

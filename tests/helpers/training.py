@@ -30,7 +30,7 @@ def sft_config(tmp_path, **kw):
         logging_steps=5,
         save_strategy="no",
         report_to="none",
-        gradient_checkpointing=False,
+        activation_checkpointing=False,
         use_cpu=True,
         dataloader_num_workers=0,
         seed=0,
@@ -54,3 +54,11 @@ def naive_block_logits(model, noisy, clean, valid, block):
         logits = model(input_ids=ids, attention_mask=mask, position_ids=slots.expand(batch, -1)).logits
         outs.append(logits[:, start:])
     return torch.cat(outs, dim=1)  # [B, T, V]
+
+
+def enable_activation_checkpointing(model, kwargs=None):
+    """`activation_checkpointing_enable` (transformers 5.25's name), or the 4.x name where it is absent."""
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)

@@ -40,6 +40,7 @@ from dllm_edit.models.llada2_moe import (
 )
 from tests.helpers.registry import build
 from tests.helpers.remote_code import load_remote, seeded_state_dict
+from tests.helpers.training import enable_activation_checkpointing
 
 DATA = Path(__file__).parent / "data" / "llada2_moe_tiny.pt"
 SEED = 0
@@ -550,7 +551,7 @@ def _loss_and_grads(model: LLaDA2MoeForCausalLM) -> tuple[torch.Tensor, dict[str
 def test_gradient_checkpointing_gives_the_same_grads(attn):
     model = native_model(attn).train()
     loss, grads = _loss_and_grads(model)
-    model.gradient_checkpointing_enable()
+    enable_activation_checkpointing(model)
     assert all(layer.gradient_checkpointing for layer in model.model.layers)
     loss_gc, grads_gc = _loss_and_grads(model)
     close(loss_gc, loss)

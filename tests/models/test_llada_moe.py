@@ -40,6 +40,7 @@ from dllm_edit.models.llada_moe import LLaDAMoEConfig, LLaDAMoEModelLM
 from dllm_edit.models.llada_moe.modeling_llada_moe import CACHE_FIELD
 from tests.helpers.registry import build
 from tests.helpers.remote_code import load_remote, seeded_state_dict
+from tests.helpers.training import enable_activation_checkpointing
 
 FAMILY = "lladamoe"
 DATA = Path(__file__).parent / "data" / "llada_moe_tiny.pt"
@@ -442,7 +443,7 @@ def test_gradient_checkpointing_gives_the_same_gradients(reentrant):
     for checkpointing in (False, True):
         model = native_model("eager", "gqa-shared-bias-dense").train()
         if checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
+            enable_activation_checkpointing(model, {"use_reentrant": reentrant})
             assert all(layer.gradient_checkpointing for layer in model.model.layers)
         loss = model(INPUT_IDS).logits.float().logsumexp(-1).mean()
         loss.backward()

@@ -126,7 +126,7 @@ def ebpo_config(tmp_path, **kw):
         logging_steps=1,
         save_strategy="no",
         report_to="none",
-        gradient_checkpointing=False,
+        activation_checkpointing=False,
         use_cpu=True,
         disable_tqdm=True,
         seed=0,
