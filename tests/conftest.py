@@ -27,14 +27,22 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 @pytest.fixture(autouse=True)
 def _registries_restored():
-    """Every test leaves the strategy and adapter registries as it found them: a test (a doctest, or a
-    cookbook example it runs) that registers one must not change what the tests after it see."""
+    """Every test leaves the strategy, adapter and loop-action registries as it found them: a test (a
+    doctest, or a cookbook example it runs) that registers one must not change what the tests after it
+    see."""
     from dllm_edit import adapters
+    from dllm_edit.loop import actions
     from dllm_edit.strategies import registry
 
     saved = [
         (table, dict(table))
-        for table in (registry._REGISTRY, registry._ALIASES, adapters._ADAPTERS, adapters.MODEL_TYPE_ADAPTERS)
+        for table in (
+            registry._REGISTRY,
+            registry._ALIASES,
+            adapters._ADAPTERS,
+            adapters.MODEL_TYPE_ADAPTERS,
+            actions._ACTIONS,
+        )
     ]
     yield
     for table, content in saved:

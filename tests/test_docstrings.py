@@ -18,6 +18,7 @@ MODULES = [
     "dllm_edit",
     "dllm_edit.config",
     "dllm_edit.generation",
+    "dllm_edit.loop.actions",
     "dllm_edit.output",
     "dllm_edit.inputs",
     "dllm_edit.infill",

@@ -1,0 +1,32 @@
+"""The decoding trace: one `StepRecord` per step (what `output_trace=True` returns, and what the
+replay page and `dllm_edit.replay` read)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from dllm_edit.output import StepRecord
+
+if TYPE_CHECKING:
+    from dllm_edit.loop.block import BlockState
+    from dllm_edit.loop.decide import Decision
+    from dllm_edit.loop.top_of_step import StepTop
+
+
+def record_step(
+    canvas: torch.Tensor, blk: BlockState, top: StepTop, decision: Decision, probs: torch.Tensor
+) -> StepRecord:
+    """The step just written into `canvas` (`[B, T]`), its span's before and after, on the CPU."""
+    return StepRecord(
+        block=blk.block,
+        span_start=blk.span.start,
+        active=blk.active.cpu(),
+        masked=top.masked.cpu(),
+        commit=decision.commit.cpu(),
+        edit=decision.edit.cpu(),
+        before=top.tokens.cpu(),
+        after=canvas[:, blk.span].clone().cpu(),
+        probs=probs.cpu(),
+    )
