@@ -193,18 +193,24 @@ def generate(
         return_dict_in_generate = config.return_dict_in_generate is not False
     if not return_dict_in_generate:
         return sequences
-    return _output(sequences, lengths, num_forwards, num_edits, trace)
+    prompt_masks = ((input_ids == special.mask) & attention_mask.bool()).sum(-1)  # [B] infill slots written
+    out = _output(sequences, lengths, lengths + prompt_masks, num_forwards, num_edits, trace)
+    if trace is not None:
+        out.completion_start = layout.offsets + layout.prompt_lengths  # [B] canvas slot of each completion
+    return out
 
 
 def _output(
     sequences: torch.Tensor,
     lengths: torch.Tensor,
+    written: torch.Tensor,
     num_forwards: torch.Tensor,
     num_edits: torch.Tensor,
     trace: list[StepRecord] | None,
 ) -> EditGenerationOutput:
-    """The `EditGenerationOutput` of a call (`[B, W + G]` sequences, per-row counters `[B]`)."""
-    tpf = lengths.to(torch.float32) / num_forwards.clamp_min(1).to(torch.float32)
+    """The `EditGenerationOutput` of a call (`[B, W + G]` sequences, per-row counters `[B]`;
+    `written`: the slots the decoder wrote per row, the returned completion and the prompt's masks)."""
+    tpf = written.to(torch.float32) / num_forwards.clamp_min(1).to(torch.float32)
     return EditGenerationOutput(
         sequences=sequences,
         tokens_per_forward=tpf,

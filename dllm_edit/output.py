@@ -53,6 +53,10 @@ class StepRecord:
         before: LongTensor `[B, S]`, tokens at the top of the step.
         after: LongTensor `[B, S]`, tokens after the update.
         probs: FloatTensor `[B, S]`, candidate probabilities.
+        filled: BoolTensor `[B, T]` over the whole canvas, the slots a loop action wrote after the
+            rules' update at this step (a finish filling the row's masks, `eos_fill`), inside the
+            span or outside it; None when no action wrote a slot.
+        filled_tokens: LongTensor `[B, T]`, the canvas after those actions (read where `filled`).
     """
 
     block: int
@@ -64,12 +68,17 @@ class StepRecord:
     before: torch.Tensor
     after: torch.Tensor
     probs: torch.Tensor
+    filled: torch.Tensor | None = None
+    filled_tokens: torch.Tensor | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form: ints, bools and floats in nested lists (`[B][S]`)."""
+        """JSON-ready form: ints, bools and floats in nested lists (`[B][S]`; `[B][T]` for the
+        slots loop actions filled, when any)."""
         out: dict[str, Any] = {"block": self.block, "span_start": self.span_start}
         for name in ("active", "masked", "commit", "edit", "before", "after", "probs"):
             out[name] = getattr(self, name).tolist()
+        if self.filled is not None and self.filled_tokens is not None:
+            out["filled"], out["filled_tokens"] = self.filled.tolist(), self.filled_tokens.tolist()
         return out
 
 
@@ -80,15 +89,19 @@ class EditGenerationOutput(ModelOutput):
     Attributes:
         sequences: LongTensor `[B, W + G]`: the input (left padding kept) followed by `G` generated
             tokens; everything after a row's first EOS is `pad_token_id`.
-        tokens_per_forward: FloatTensor `[B]`: completion tokens returned (up to and including the
-            first EOS) divided by the row's forwards. Edits are not counted as extra tokens: this is
-            the paper's throughput measure (output tokens per model call).
+        tokens_per_forward: FloatTensor `[B]`: the tokens the decoder wrote for the row (the
+            completion tokens returned, up to and including the first EOS, plus the prompt's masks it
+            filled when infilling) divided by the row's forwards. Edits are not counted as extra
+            tokens: this is the paper's throughput measure (output tokens per model call).
         num_forwards: LongTensor `[B]`: model forwards spent on the row (finished rows stop counting).
         num_edits: LongTensor `[B]`: T2T (and multi-block) rewrites made in the row.
         completion_lengths: LongTensor `[B]`: tokens of the row's completion up to and including its
             first EOS (all `G` when it has none): `sequences[i, W : W + completion_lengths[i]]` is
             the completion; everything after it is padding.
         trace: list of `StepRecord`, one per step, when `output_trace=True`.
+        completion_start: LongTensor `[B]` with the trace: the canvas slot of each row's first
+            completion token (the trace's `span_start` and `filled` are canvas slots; a prompt that
+            does not end on a block boundary, or left padding, puts the completion after slot `W`).
     """
 
     sequences: torch.Tensor | None = None
@@ -97,6 +110,7 @@ class EditGenerationOutput(ModelOutput):
     num_edits: torch.Tensor | None = None
     completion_lengths: torch.Tensor | None = None
     trace: list[StepRecord] | None = None
+    completion_start: torch.Tensor | None = None
 
     def completions(self, prompt_width: int) -> list[list[int]]:
         """Each row's completion ids, up to and including its first EOS (`[B]` lists).

@@ -5,7 +5,9 @@ return_dict_in_generate=True)`) into a JSON-ready document, one row of the batch
 settings, the result (text, forwards, tokens per forward, edits) and every step — its forward, its
 block, the completion positions it unmasked (`committed`), rewrote (`edited`) and put back to the
 mask (`remasked`), each with its token, the token's text and the candidate's probability, and the
-candidate probabilities of every position the step looked at. `save_trace` / `load_trace` write
+candidate probabilities of every position the step looked at. Positions a loop action filled at the
+step (a finish filling the rest of the row, `eos_fill`), inside the span or after it, are
+`committed` entries too, with `"filled": true` and no probability. `save_trace` / `load_trace` write
 and read it (`load_trace` checks it and names what is wrong); `render_html` makes a self-contained
 page (inline script and style, nothing fetched) that replays the decode step by step;
 `replay_to_streamer` plays it into a streamer such as `TerminalEditStreamer`.
@@ -107,16 +109,8 @@ def trace_document(
         >>> sum(len(s["committed"]) for s in doc["steps"]) >= 4  # every position was unmasked
         True
     """
-    if output.trace is None:
-        raise ValueError("This output has no trace: decode with output_trace=True.")
-    if output.sequences is None or output.num_forwards is None or output.tokens_per_forward is None:
-        raise ValueError(
-            "This output has no sequences / num_forwards / tokens_per_forward: decode with "
-            "return_dict_in_generate=True."
-        )
-    batch, width = input_ids.shape
-    if not 0 <= row < batch:
-        raise ValueError(f"row must be in [0, {batch}) for a batch of {batch}, got {row}.")
+    _check_traced(output, row, input_ids.shape[0])
+    width = input_ids.shape[1]
     ids = input_ids[row]  # [W]
     if attention_mask is not None:
         ids = ids[attention_mask[row].bool()]  # [P] the padding is not the prompt
@@ -125,43 +119,13 @@ def trace_document(
     generated = output.sequences.shape[1] - width
     special = sorted(int(i) for i in (getattr(tokenizer, "all_special_ids", None) or ()))
     seen: set[int] = set(prompt_ids) | set(completion)
-
     mask_id = _mask_id(output.trace, row)
     steps: list[dict[str, Any]] = []
+    starts = getattr(output, "completion_start", None)  # [B] canvas slot of each completion
+    start = int(starts[row]) if starts is not None else width
     for record in output.trace:
-        if not bool(record.active[row]):
-            continue
-        first = record.span_start - width  # completion position of the span's first slot
-        before, after = record.before[row].tolist(), record.after[row].tolist()  # [S]
-        probs = record.probs[row].tolist()  # [S]
-        commit, edit = record.commit[row].tolist(), record.edit[row].tolist()  # [S]
-        step: dict[str, Any] = {
-            "forward": len(steps) + 1,
-            "block": record.block,
-            "span": [max(first, 0), min(first + len(after), generated)],
-            "committed": [],
-            "edited": [],
-            "remasked": [],
-        }
-        lo = max(0, -first)  # the prompt tail shares the first block
-        hi = min(len(after), generated - first)
-        for slot in range(lo, hi):
-            position = first + slot
-            if commit[slot]:
-                entry = {"position": position, "token": after[slot], "prob": _prob(probs[slot])}
-                step["committed"].append(entry)
-                seen.add(after[slot])
-            elif edit[slot]:
-                change = {"position": position, "from": before[slot], "prob": _prob(probs[slot])}
-                seen.add(before[slot])
-                if after[slot] == mask_id:
-                    step["remasked"].append(change)
-                else:
-                    step["edited"].append({**change, "to": after[slot]})
-                    seen.add(after[slot])
-        step["probs"] = [_prob(p) for p in probs[lo:hi]]
-        steps.append(step)
-
+        if bool(record.active[row]):  # a step of this row: one of its forwards
+            steps.append(_step(record, row, start, generated, mask_id, len(steps) + 1, seen))
     length = len(completion)
     in_text = sum(e["position"] < length for s in steps for e in s["edited"])
     settings = {"mode": mode}
@@ -187,6 +151,69 @@ def trace_document(
         },
         "steps": steps,
     }
+
+
+def _check_traced(output: Any, row: int, batch: int) -> None:
+    """Refuse an output without a trace, counters or sequences, or a row outside the batch."""
+    if output.trace is None:
+        raise ValueError("This output has no trace: decode with output_trace=True.")
+    if output.sequences is None or output.num_forwards is None or output.tokens_per_forward is None:
+        raise ValueError(
+            "This output has no sequences / num_forwards / tokens_per_forward: decode with "
+            "return_dict_in_generate=True."
+        )
+    if not 0 <= row < batch:
+        raise ValueError(f"row must be in [0, {batch}) for a batch of {batch}, got {row}.")
+
+
+def _filled_in_row(record: Any, row: int) -> bool:
+    """Whether a loop action (a finish, `eos_fill`) wrote a slot of `row` at this step."""
+    filled = getattr(record, "filled", None)
+    return filled is not None and bool(filled[row].any())
+
+
+def _step(
+    record: Any, row: int, start: int, generated: int, mask_id: int | None, forward: int, seen: set[int]
+) -> dict[str, Any]:
+    """One step of the document: what the rules committed, edited and remasked in the span, and what
+    the loop actions filled (in the span or after it; `"filled": true` on those entries). `start`:
+    the canvas slot of the row's first completion token."""
+    first = record.span_start - start  # completion position of the span's first slot
+    before, after = record.before[row].tolist(), record.after[row].tolist()  # [S]
+    probs = record.probs[row].tolist()  # [S]
+    commit, edit = record.commit[row].tolist(), record.edit[row].tolist()  # [S]
+    step: dict[str, Any] = {
+        "forward": forward,
+        "block": record.block,
+        "span": [max(first, 0), min(first + len(after), generated)],
+        "committed": [],
+        "edited": [],
+        "remasked": [],
+    }
+    lo = max(0, -first)  # the prompt tail shares the first block
+    hi = min(len(after), generated - first)
+    for slot in range(lo, hi):
+        position = first + slot
+        if commit[slot]:
+            step["committed"].append({"position": position, "token": after[slot], "prob": _prob(probs[slot])})
+            seen.add(after[slot])
+        elif edit[slot]:
+            change = {"position": position, "from": before[slot], "prob": _prob(probs[slot])}
+            seen.add(before[slot])
+            if after[slot] == mask_id:
+                step["remasked"].append(change)
+            else:
+                step["edited"].append({**change, "to": after[slot]})
+                seen.add(after[slot])
+    if _filled_in_row(record, row):
+        slots = record.filled[row].nonzero().flatten().tolist()  # canvas slots the actions wrote
+        for slot in slots:
+            position, token = slot - start, int(record.filled_tokens[row, slot])
+            if 0 <= position < generated:
+                step["committed"].append({"position": position, "token": token, "prob": None, "filled": True})
+                seen.add(token)
+    step["probs"] = [_prob(p) for p in probs[lo:hi]]
+    return step
 
 
 def save_trace(document: dict[str, Any], path: str | Path) -> Path:

@@ -59,12 +59,6 @@ def check_run(
             f"The {adapter.name!r} adapter does not support multi-block editing, which {', '.join(wanting)} "
             "needs (a window of finished blocks in the span); set multi_block_edit=False."
         )
-    if needs.whole_canvas and "kl" in needs.stats:
-        raise ValueError(
-            f"{_wanting(strategies)} reads the whole canvas (Needs.whole_canvas) and another strategy of the "
-            "run reads 'kl' (e.g. KLASS): the loop keeps the previous distribution of the span only, so "
-            "the two cannot run together yet; run them separately."
-        )
     shadow = check_shadow_block(adapter, strategies, use_cache)  # WINO's shadow block
     check_strategies_vocab(model, strategies)  # e.g. PC-Sampler's prior against the model's logits
     return RunPlan(needs=needs, shadow=shadow)

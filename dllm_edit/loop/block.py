@@ -58,6 +58,8 @@ def start_block(run: DecodeLoop, canvas: torch.Tensor, block: int) -> BlockState
     active = layout.rows_decoding(block) & ~run.finished  # [B]
     rows = active.nonzero().flatten()  # [R] rows that still decode: the others leave the forward batch
     run.session.select_rows(rows)
+    if not run.plan.needs.across_blocks:  # "kl" over the whole view compares within the block only
+        run.view_kept = run.view_seen = None
     last_block = ~layout.rows_in_block(block + 1)  # [B]
     zeros = torch.zeros(canvas.shape[0], dtype=torch.long, device=device)  # [B]
     no_edit = torch.tensor(w * bl, device=device)  # []

@@ -84,20 +84,53 @@ def propose_whole(
     run: DecodeLoop, canvas: torch.Tensor, blk: BlockState, old: torch.Tensor
 ) -> tuple[CandidateStats, CandidateStats]:
     """`Needs.whole_canvas`: one forward's candidates over the whole completion (`[B, C]`
-    fields, slots `run.view`) and the span's slice of them (`[B, S]` fields)."""
+    fields, slots `run.view`) and the span's slice of them (`[B, S]` fields). With `"kl"`, the
+    previous forward's distribution over the view is kept (`run.view_kept`), so "kl" compares every
+    slot of the view with it."""
     layout = run.layout
     behind = blk.block - layout.first_block  # the view starts at the first generated block
     ahead = layout.num_blocks - blk.block - 1
     logits = run.session.logits(canvas, blk.block, behind, ahead=ahead)  # [R, C, V]
+    prev = run.view_kept if run.keeps_previous else None  # ([B, C, V], [B, C]) or None
     if blk.all_rows:
-        whole = run.propose(logits, canvas, run.view, None)  # [B, C] fields
+        whole = run.propose(logits, canvas, run.view, prev)  # [B, C] fields
+        kept = (whole.kept_logits, whole.kept_lse)
     else:
-        part = run.propose(logits, canvas[blk.rows], run.view, None)  # [R, C] fields
+        rows_prev = None if prev is None else (prev[0][blk.rows], prev[1][blk.rows])  # [R, C, V], [R, C]
+        part = run.propose(logits, canvas[blk.rows], run.view, rows_prev)  # [R, C] fields
         whole = part.scatter_rows(blk.rows, canvas[:, run.view])  # [B, C] fields
+        kept = (part.kept_logits, part.kept_lse)
+        if run.keeps_previous:
+            assert kept[0] is not None and kept[1] is not None  # "kl" keeps them
+            kept = _scatter_kept(blk, (kept[0], kept[1]), canvas.shape)  # [B, C, V], [B, C]
+    if run.keeps_previous:
+        whole = _keep_view(run, blk, whole, kept)  # type: ignore[arg-type]
     lo = blk.span.start - run.view.start
     width = old.shape[1]
     span = CandidateStats._make(None if f is None else f[:, lo : lo + width] for f in whole)  # [B, S]
     return span, whole
+
+
+def _keep_view(
+    run: DecodeLoop, blk: BlockState, whole: CandidateStats, kept: tuple[torch.Tensor, torch.Tensor]
+) -> CandidateStats:
+    """Keep this forward's view distribution for the next step's "kl" (each row: its last active
+    forward's), and set "kl" to `+inf` on the rows that had no earlier forward to compare with."""
+    live = blk.active  # [B]
+    if run.view_kept is not None and run.view_seen is not None:
+        kept = (
+            torch.where(live[:, None, None], kept[0], run.view_kept[0]),  # [B, C, V]
+            torch.where(live[:, None], kept[1], run.view_kept[1]),  # [B, C]
+        )
+        unseen = ~run.view_seen  # [B]
+        run.view_seen = run.view_seen | live
+    else:
+        unseen = torch.ones_like(live)  # [B] no earlier forward: "kl" is already +inf
+        run.view_seen = live.clone()
+    run.view_kept = kept
+    if whole.kl is not None:
+        whole = whole._replace(kl=torch.where(unseen[:, None], torch.inf, whole.kl))  # [B, C]
+    return whole
 
 
 def canvas_view(run: DecodeLoop, canvas: torch.Tensor, blk: BlockState, whole: CandidateStats) -> CanvasView:

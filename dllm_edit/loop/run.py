@@ -3,8 +3,8 @@
 Per block: `start_block` (the layout of the block); per step: `top_of_step` (the block-end rule and
 the one device read), `run_forward` (the adapter's forward and the candidates), `step_context`
 (the statistics the rules declared), `decide` (the rules), `write_step` (commit, edit, remask; the
-trace), then every registered `LoopAction` (finish, fill, ...); after the block, `end_block` (the
-EOS stop).
+trace), then every registered `LoopAction` (finish, fill, ...; the trace records what they wrote);
+after the block, `end_block` (the EOS stop).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from dllm_edit.loop.decide import decide
 from dllm_edit.loop.forward import run_forward
 from dllm_edit.loop.statistics import step_context
 from dllm_edit.loop.top_of_step import eos_done, top_of_step
+from dllm_edit.loop.trace import record_actions
 from dllm_edit.loop.write import write_step
 from dllm_edit.output import StepRecord
 from dllm_edit.proposer import Proposer
@@ -69,6 +70,9 @@ class DecodeLoop:
         # the forward over the whole completion (`Needs.whole_canvas`): slots [view.start, T)
         self.whole = plan.needs.whole_canvas
         self.view = slice(layout.first_block * layout.block_length, layout.canvas_length)
+        # with "kl" over the view: the previous forward's distribution there, and the rows that had one
+        self.view_kept: tuple[torch.Tensor, torch.Tensor] | None = None  # ([B, C, V], [B, C])
+        self.view_seen: torch.Tensor | None = None  # [B]
         self.actions: list[LoopAction] = [cls() for cls in loop_actions() if cls.enabled(self)]
 
     def run(self, canvas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, list[StepRecord] | None]:
@@ -87,8 +91,11 @@ class DecodeLoop:
                 proposal = run_forward(self, canvas, blk, top.tokens)
                 decision = decide(self, step_context(self, blk, top, proposal), blk)
                 write_step(self, canvas, blk, top, decision, proposal.cand.prob)
+                before = canvas.clone() if self.trace is not None and self.actions else None  # [B, T]
                 for action in self.actions:
                     action.apply(self, canvas, blk, decision, proposal)
+                if before is not None and self.trace is not None:
+                    record_actions(self.trace, before, canvas)
             if self.end_block(canvas, blk):
                 break
         self.stream.confirm(canvas, layout.canvas_length)

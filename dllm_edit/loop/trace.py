@@ -3,6 +3,7 @@ replay page and `dllm_edit.replay` read)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 import torch
@@ -30,3 +31,13 @@ def record_step(
         after=canvas[:, blk.span].clone().cpu(),
         probs=probs.cpu(),
     )
+
+
+def record_actions(trace: list[StepRecord], before: torch.Tensor, canvas: torch.Tensor) -> None:
+    """Add to the step's record (the last of `trace`) the slots the loop actions wrote after the
+    rules' update: `before` is the canvas before the actions, `canvas` after them (`[B, T]` each).
+    One read of the device, only in traced runs where an action takes part."""
+    changed = canvas != before  # [B, T]
+    if not bool(changed.any()):
+        return
+    trace[-1] = dataclasses.replace(trace[-1], filled=changed.cpu(), filled_tokens=canvas.cpu())

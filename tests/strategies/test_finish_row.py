@@ -228,12 +228,31 @@ def test_canvas_regime_runs_on_the_approximate_prefix_cache():
     assert torch.equal(cached.sequences, exact.sequences)
 
 
-def test_canvas_regime_is_refused_with_kl():
-    unmasking = _prophet(4, (2.0, 1.5, 1.0), 2)
-    unmasking["base"] = {"type": "klass"}
-    cfg = port_config(unmasking, 4, 8)
-    with pytest.raises(ValueError, match=r"whole canvas.*'kl'"):
-        dllm_edit.generate(BAG, torch.tensor([[5, 6, 7]]), generation_config=cfg, adapter="bidirectional")
+@pytest.mark.parametrize("history", ["block", "canvas"])
+def test_canvas_regime_runs_with_kl(history):
+    """`Needs(whole_canvas=True)` with "kl": the loop keeps the previous forward's distribution over
+    the whole view. On full attention without a cache the view's span slice is the span's forward,
+    so Prophet over KLASS that never fires decodes KLASS's own tokens, step for step, and one that
+    fires still finishes its rows."""
+    ids, mask = left_pad(PROMPTS)
+    klass = {"type": "klass", "history": history}
+    alone = dllm_edit.generate(
+        BAG, ids, attention_mask=mask, generation_config=port_config(klass, 4, 12), adapter="bidirectional"
+    )
+    never = _prophet(4, (1e9, 1e9, 1e9), 2)
+    never["base"] = klass
+    over = dllm_edit.generate(
+        BAG, ids, attention_mask=mask, generation_config=port_config(never, 4, 12), adapter="bidirectional"
+    )
+    assert torch.equal(over.sequences, alone.sequences) and torch.equal(over.num_forwards, alone.num_forwards)
+    for a, b in zip(alone.trace, over.trace, strict=True):
+        assert torch.equal(a.commit, b.commit) and torch.equal(a.after, b.after)
+    fires = _prophet(4, (-1.0, -1.0, -1.0), 2)
+    fires["base"] = klass
+    out = dllm_edit.generate(
+        BAG, ids, attention_mask=mask, generation_config=port_config(fires, 4, 12), adapter="bidirectional"
+    )
+    assert out.num_forwards.tolist() == [1] * len(PROMPTS) and not bool((out.sequences == MASK).any())
 
 
 # ----------------------------------------------------------------------------------------------
