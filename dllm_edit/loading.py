@@ -183,18 +183,22 @@ def _model_type(config_dict: dict[str, Any]) -> str | None:
 
 
 def _load_tokenizer(name_or_path: str, revision: str | None, trust_remote_code: bool, auto: Any) -> Any:
-    """The checkpoint's tokenizer; a tokenizer that names a class of the checkpoint's own code (Dream's
-    `DreamTokenizer`) is read from its files by transformers' fast tokenizer when that code may not run."""
+    """The checkpoint's tokenizer. One whose config names a class of the checkpoint's own code
+    (Dream's and DiffuCoder's `DreamTokenizer`) is read from its files by a transformers class when
+    that code may not run: its `tokenizer.json` by the fast tokenizer, or else its `vocab.json` and
+    `merges.txt` by Qwen2's (`DreamTokenizer` is Qwen2's byte-level BPE with the same pre-tokenizer
+    pattern); its `tokenizer_config.json` (special tokens, chat template) is read either way."""
     try:
         return auto.from_pretrained(name_or_path, trust_remote_code=trust_remote_code, revision=revision)
     except Exception as err:
         if not trust_remote_code and "trust_remote_code" in str(err):
-            try:
-                from transformers import PreTrainedTokenizerFast
+            from transformers import PreTrainedTokenizerFast, Qwen2TokenizerFast
 
-                return PreTrainedTokenizerFast.from_pretrained(name_or_path, revision=revision or "main")
-            except Exception:
-                pass
+            for fallback in (PreTrainedTokenizerFast, Qwen2TokenizerFast):
+                try:
+                    return fallback.from_pretrained(name_or_path, revision=revision or "main")
+                except Exception:  # the next reader, then the error below
+                    continue
         raise ValueError(
             f"Could not load a tokenizer from {name_or_path!r} ({type(err).__name__}: {_first_line(err)}). "
             "The folder needs the tokenizer files saved with the model (tokenizer.save_pretrained)."

@@ -270,7 +270,9 @@ class Session:
             ids = parse_template(text, self.tokenizer, mask_id)
             input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)  # [1, P]
         else:
-            input_ids = self.tokenizer(text, return_tensors="pt")["input_ids"].to(self.device)  # [1, P]
+            # a chat template writes its own special tokens (BOS and role markers): none are added again
+            encoded = self.tokenizer(text, return_tensors="pt", add_special_tokens=not args.chat)
+            input_ids = encoded["input_ids"].to(self.device)  # [1, P]
         if input_ids.shape[1] == 0:
             raise ValueError(f"the prompt {prompt!r} encodes to no tokens; give some text to continue.")
         limit = getattr(self.model.config, "max_position_embeddings", None)
