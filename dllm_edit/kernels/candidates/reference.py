@@ -32,6 +32,34 @@ from .stats import CandidateStats, check_stats
 
 # Rows per chunk are chosen so a chunk's float32 working copy stays near this many bytes.
 _CHUNK_BYTES = 16 * 2**20
+# `first_argmax` splits rows of at least this many entries into this many blocks.
+_ARGMAX_BLOCKS, _ARGMAX_MIN_VOCAB = 16, 4096
+
+
+def first_argmax(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """`torch.argmax(x, dim=-1, out=out)` for `x` `[n, V]`, the same index in every case (the first
+    maximum; the first NaN of a row holding one), in two passes that CPU kernels run several times
+    faster: the maximum of each of 16 blocks of the row (`amax` is vectorised, `argmax` is not), then
+    the argmax inside the first block that holds the row's maximum. Rows that do not split into 16
+    equal blocks of at least 256 entries take `torch.argmax` itself.
+
+    Examples:
+        >>> import torch
+        >>> x = torch.zeros(2, 8192); x[0, 5000] = x[0, 7000] = 3.0; x[1, 9] = float("nan")
+        >>> first_argmax(x, torch.empty(2, dtype=torch.long)).tolist()
+        [5000, 9]
+    """
+    n, vocab = x.shape
+    if vocab < _ARGMAX_MIN_VOCAB or vocab % _ARGMAX_BLOCKS or x.device.type != "cpu":
+        return torch.argmax(x, dim=-1, out=out)
+    width = vocab // _ARGMAX_BLOCKS
+    blocks = x.view(n, _ARGMAX_BLOCKS, width)  # [n, K, W]
+    block_max = blocks.amax(-1)  # [n, K]; NaN where a block holds a NaN
+    row_max = block_max.amax(-1, keepdim=True)  # [n, 1]
+    hit = (block_max == row_max) | block_max.isnan()  # [n, K] blocks holding the row's maximum (or a NaN)
+    first = hit.to(torch.uint8).argmax(-1)  # [n] the first such block
+    inside = blocks[torch.arange(n, device=x.device), first].argmax(-1)  # [n] within it
+    return torch.add(inside, first * width, out=out)
 
 
 def filter_top_k(logits: torch.Tensor, top_k: int) -> torch.Tensor:
@@ -95,9 +123,9 @@ def _candidates_chunk(
             x.shape, generator=generator, device=x.device, dtype=torch.float32, out=scratch
         )  # [n, V]
         key = u.clamp_min_(1e-20).log_().neg_().clamp_min_(1e-20).log_().neg_().add_(x)  # [n, V]
-        torch.argmax(key, dim=-1, out=token_out)  # [n]
+        first_argmax(key, token_out)  # [n]
     else:
-        torch.argmax(x, dim=-1, out=token_out)  # [n]
+        first_argmax(x, token_out)  # [n]
     # softmax, then gather, as the reference decoders do (torch.softmax's own exp(x - max) / sum):
     # exp(x_token - logsumexp) would lose near-1 probabilities (logsumexp's float32 spacing at
     # |x| ~ 20 is ~2e-6, which maps 0.9999937, 0.9999923 and 0.9999911 to one value)
