@@ -38,7 +38,10 @@ CHAT_MARKERS = {
 
 def _same(key: str, published, read) -> bool:
     """`read` is the published value, or what transformers turns it into on this release:
-    transformers 5.x reads `rope_scaling: null` as the default RoPE parameters."""
+    transformers 5.x reads `rope_scaling: null` as the default RoPE parameters, and LLaDA-MoE's
+    `model_type: llada` is read as its own family's `lladamoe`."""
+    if key == "model_type" and published == "llada" and read == "lladamoe":  # LLaDA-MoE's hub config
+        return True
     if key == "rope_scaling" and published is None and isinstance(read, dict):
         return read.get("rope_type", "default") == "default"
     return read == published

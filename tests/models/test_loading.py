@@ -122,6 +122,7 @@ def test_llada_moe_hub_checkpoints_saying_llada_get_the_moe_class(tmp_path):
     (folder / "config.json").write_text(json.dumps(config))
     model, _ = dllm_edit.load(str(folder))
     assert type(model) is LLaDAMoEModelLM
+    assert type(AutoModelForCausalLM.from_pretrained(folder)) is LLaDAMoEModelLM  # the Auto classes too
 
 
 def test_a_config_field_the_native_class_does_not_implement_is_named(tmp_path):

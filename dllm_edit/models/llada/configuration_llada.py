@@ -170,6 +170,19 @@ class LLaDAConfig(PretrainedConfig):
         """Rows of the embedding and columns of the logits: `embedding_size`, or `vocab_size`."""
         return self.embedding_size or self.vocab_size
 
+    @classmethod
+    def from_dict(cls, config_dict: dict[str, Any], **kwargs: Any) -> Any:
+        """The config of `config_dict`; LLaDA-MoE's hub checkpoints, which say `model_type: llada`,
+        get `LLaDAMoEConfig` (told apart by their `architectures`, or their experts), so
+        `AutoConfig` / `AutoModelForCausalLM.from_pretrained` build the MoE class for them."""
+        if cls is LLaDAConfig and (
+            "LLaDAMoEModelLM" in (config_dict.get("architectures") or []) or "num_experts" in config_dict
+        ):
+            from dllm_edit.models.llada_moe import LLaDAMoEConfig
+
+            return LLaDAMoEConfig.from_dict(config_dict, **kwargs)
+        return super().from_dict(config_dict, **kwargs)
+
     def to_diff_dict(self) -> dict[str, Any]:
         """transformers' diff dict plus every family field (so the remote code, whose defaults are
         GPT-2's, reads the same model from a saved `config.json`)."""
