@@ -192,9 +192,11 @@ def _load_tokenizer(name_or_path: str, revision: str | None, trust_remote_code: 
         return auto.from_pretrained(name_or_path, trust_remote_code=trust_remote_code, revision=revision)
     except Exception as err:
         if not trust_remote_code and "trust_remote_code" in str(err):
-            from transformers import PreTrainedTokenizerFast, Qwen2TokenizerFast
+            import transformers
 
-            for fallback in (PreTrainedTokenizerFast, Qwen2TokenizerFast):
+            # Qwen2's fast tokenizer: `Qwen2TokenizerFast` on 4.x, `Qwen2Tokenizer` itself on 5.x
+            qwen2 = getattr(transformers, "Qwen2TokenizerFast", None) or transformers.Qwen2Tokenizer
+            for fallback in (transformers.PreTrainedTokenizerFast, qwen2):
                 try:
                     return fallback.from_pretrained(name_or_path, revision=revision or "main")
                 except Exception:  # the next reader, then the error below
