@@ -9,7 +9,7 @@ from typing import Any
 
 from transformers import GenerationConfig
 
-from dllm_edit.config_fields import describe_refused, is_off, refused_fields_set
+from dllm_edit.config_fields import is_off
 from dllm_edit.config_reconcile import (
     SAMPLING_FILTERS,
     is_number,
@@ -17,11 +17,10 @@ from dllm_edit.config_reconcile import (
     reconcile_sampling,
     refuse_unknown_keys,
 )
-from dllm_edit.layout import BLOCK_STARTS
+from dllm_edit.config_validation import refuse_unread_unmask_fields, validate_edit_fields
 from dllm_edit.modes import MODES, fit_mode_to_adapter
 from dllm_edit.sglang import export_sglang, sglang_fields
 from dllm_edit.strategies import Schedule, Strategy, as_schedule, strategy_from_dict
-from dllm_edit.strategies import fields as checks
 from dllm_edit.strategy_factory import build_strategies, load_unmasking
 
 # Our fields and their defaults (the defaults are the Quality preset).
@@ -259,7 +258,7 @@ class EditGenerationConfig(GenerationConfig):
         if new.strategies is not None:
             new.strategies = [s if isinstance(s, Strategy) else strategy_from_dict(s) for s in new.strategies]
         new.unmasking = load_unmasking(new.unmasking)
-        _refuse_unread_unmask_fields(new, fields)
+        refuse_unread_unmask_fields(new, fields)
         new.validate()
         new._refuse_greedy_filters(set(fields))
         return new
@@ -331,7 +330,7 @@ class EditGenerationConfig(GenerationConfig):
         Temperature 0 means greedy here (the reference decoder's convention), so transformers'
         "sampling flag set while do_sample=False" notices do not apply and are not raised.
         """
-        self._validate_edit_fields()
+        validate_edit_fields(self)
         saved = {key: getattr(self, key, None) for key in (*_SAMPLING_ONLY, "max_new_tokens")}
         if not getattr(self, "do_sample", False):
             for key in _SAMPLING_ONLY:
@@ -346,114 +345,6 @@ class EditGenerationConfig(GenerationConfig):
         finally:
             for key, value in saved.items():
                 setattr(self, key, value)
-
-    def _validate_edit_fields(self) -> None:
-        _check_int("block_length", self.block_length, minimum=1)
-        _check_block_start(self.block_start)
-        as_schedule(self.threshold, name="threshold")
-        for key in ("editing_threshold", "multi_block_threshold"):
-            if getattr(self, key) is not None:
-                as_schedule(getattr(self, key), name=key)
-        _check_int("max_post_steps", self.max_post_steps, minimum=0)
-        _check_int("num_to_transfer", self.num_to_transfer, minimum=1)
-        _check_int("multi_block_window", self.multi_block_window, minimum=1)
-        if self.max_new_tokens is not None:
-            _check_int(
-                "max_new_tokens", self.max_new_tokens, minimum=0
-            )  # 0: infilling only (refused without masks)
-        if self.steps is not None:
-            _check_int("steps", self.steps, minimum=1)
-            if self.steps > self.block_length:
-                raise ValueError(
-                    f"`steps` ({self.steps}) must be <= `block_length` ({self.block_length}) in the "
-                    "fixed-steps quota mode; use steps=None for threshold decoding."
-                )
-        if self.mask_token_id is not None:
-            _check_int("mask_token_id", self.mask_token_id, minimum=0)
-        if self.max_steps_per_block not in (None, "auto"):
-            _check_int("max_steps_per_block", self.max_steps_per_block, minimum=1)
-        self._validate_sampling()
-        refused = refused_fields_set(self)
-        if refused:
-            raise ValueError(
-                f"Unsupported generation option(s) for diffusion decoding: {describe_refused(refused)}. "
-                "Unset them (the full table is dllm_edit.config_fields)."
-            )
-        if not isinstance(self.repeat_penalty, (int, float)) or self.repeat_penalty < 0:
-            raise ValueError(f"`repeat_penalty` must be a float >= 0 (0 = off), got {self.repeat_penalty!r}.")
-        for key in (
-            "eos_early_stop",
-            "eos_fill",
-            "multi_block_edit",
-            "suppress_mask_token",
-            "output_trace",
-            "compile",
-        ):
-            if not isinstance(getattr(self, key), bool):
-                raise TypeError(f"`{key}` must be a bool, got {getattr(self, key)!r}.")
-        if self.strategies is not None:
-            if not self.strategies:
-                raise ValueError("`strategies` must be None or a non-empty list of Strategy objects.")
-            if not any(s.unmasks for s in self.strategies):
-                raise ValueError(
-                    "`strategies` must contain an unmasking strategy (e.g. ThresholdUnmask): "
-                    "otherwise masked positions are never filled."
-                )
-            self._check_cap_fits(self.strategies)
-        if self.unmasking is not None:
-            if not isinstance(self.unmasking, Strategy) or not self.unmasking.unmasks:
-                raise TypeError(
-                    "`unmasking` must be None, a registered unmasking strategy's name or dict, or a "
-                    f"Strategy with unmasks=True, got {self.unmasking!r}; see "
-                    "dllm_edit.strategies.available_strategies()."
-                )
-            if self.steps is not None:
-                raise ValueError(
-                    f"`unmasking`={self.unmasking.registry_name()!r} and `steps`={self.steps} are both set: "
-                    "`steps` selects LLaDA's fixed-steps quota rule, itself an unmasking rule. "
-                    "Set steps=None to use the unmasking strategy, or unmasking=None for the quota mode."
-                )
-            if self.strategies is not None:
-                raise ValueError(
-                    "`unmasking` and `strategies` are both set: an explicit `strategies` list replaces "
-                    "every built strategy. Put the unmasking strategy into `strategies`, or set "
-                    "strategies=None."
-                )
-            self._check_cap_fits(self.build_strategies())
-
-    def _check_cap_fits(self, strategies: list[Strategy]) -> None:
-        """Refuse a hard cap too small for the extra forwards a strategy may add to a block (e.g.
-        `LowConfidenceRemask`): the cap would end a block with masks left."""
-        extra = max(s.extra_forwards_per_block for s in strategies)
-        cap = self.steps_cap()
-        if cap is not None and extra and cap < self.block_length + self.max_post_steps + extra:
-            needed = self.block_length + self.max_post_steps + extra
-            raise ValueError(
-                f"`max_steps_per_block`={cap} is below the {needed} forwards a block may need "
-                f"(block_length {self.block_length} + max_post_steps {self.max_post_steps} + {extra} for "
-                "the strategies' extra steps, e.g. LowConfidenceRemask.max_steps): a block could end with a "
-                f"mask left. Raise max_steps_per_block to >= {needed}, or lower the strategy's max_steps."
-            )
-
-    def _validate_sampling(self) -> None:
-        temperature = self.temperature if self.temperature is not None else 0.0
-        if not is_number(temperature) or temperature < 0:
-            raise ValueError(f"`temperature` must be a float >= 0 (0 = greedy), got {self.temperature!r}.")
-        if self.do_sample is not None and bool(self.do_sample) != (temperature > 0):
-            raise ValueError(
-                f"`do_sample`={self.do_sample!r} contradicts `temperature`={self.temperature!r}: "
-                "temperature 0 is greedy and > 0 samples. Set only `temperature` (do_sample follows it)."
-            )
-        if self.top_k is not None:
-            _check_int("top_k", self.top_k, minimum=0)
-        if self.top_p is not None and not (0.0 < float(self.top_p) <= 1.0):
-            raise ValueError(f"`top_p` must be in (0, 1], got {self.top_p!r}.")
-        if self.repetition_penalty is not None and (
-            not is_number(self.repetition_penalty) or self.repetition_penalty <= 0
-        ):
-            raise ValueError(
-                f"`repetition_penalty` must be a float > 0 (1.0 = off), got {self.repetition_penalty!r}."
-            )
 
     def check_max_length(self, prompt_width: int) -> None:
         """Accept `max_length` only as transformers derives it: prompt width + `max_new_tokens`.
@@ -582,41 +473,3 @@ def _load_schedule(value: Any) -> Any:
     if isinstance(value, dict):
         return as_schedule(value)
     return value
-
-
-def _refuse_unread_unmask_fields(config: EditGenerationConfig, fields: dict[str, Any]) -> None:
-    """`threshold` / `num_to_transfer` configure the default M2T rule: setting them next to an
-    `unmasking` strategy, which replaces that rule, would be silently ignored."""
-    if config.unmasking is None:
-        return
-    unread = [key for key in ("threshold", "num_to_transfer") if key in fields]
-    if unread:
-        name = config.unmasking.registry_name()
-        raise ValueError(
-            f"{unread} set while `unmasking`={name!r} replaces the threshold rule they configure, so they "
-            f"would be ignored. Set the strategy's own fields instead (e.g. unmasking={{'type': {name!r}, "
-            "...}), or unmasking=None to use the threshold rule."
-        )
-
-
-def _check_block_start(value: Any) -> None:
-    if value is None:
-        return
-    if not isinstance(value, str):
-        raise TypeError(
-            f"`block_start` must be None (the adapter's default), 'absolute' or 'prompt_end', "
-            f"got {type(value).__name__} {value!r}."
-        )
-    if value not in BLOCK_STARTS:
-        close = difflib.get_close_matches(value, BLOCK_STARTS, n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise ValueError(
-            f"`block_start` must be None (the adapter's default), 'absolute' (LLaDA2.x: blocks at "
-            f"absolute positions) or 'prompt_end' (LLaDA-1, Dream: blocks from the end of the prompt), "
-            f"got {value!r}.{hint}"
-        )
-
-
-def _check_int(name: str, value: Any, minimum: int) -> None:
-    """The shared int validator (`dllm_edit.strategies.fields.integer`), for a field of the config."""
-    checks.integer("", name, value, minimum)
