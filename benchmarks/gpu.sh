@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# The GPU benchmarks, in one run (<= 12 minutes on one CUDA GPU):
-#   1. kernels: Triton `candidates` / `masked_logprob` GB/s against a device-to-device copy, bf16 and
-#      fp32, V=157184, and their correctness against the torch references (OK / MISMATCH lines);
-#   2. decoding: tokens/s of S vs Q, cache on vs off, compile off vs on, on a ~125M-parameter random
-#      block-causal Llama in bfloat16, batch 8, prompt 256 + 256 new tokens;
-#   3. native models: the real configs' memory (meta device), and every LLaDA / LLaDA-MoE / Dream /
-#      LLaDA2.x checkpoint already in the local Hugging Face cache loaded into dllm_edit's native class
-#      and decoded with two rules and, on full-attention families, the dual cache (nothing is downloaded).
+# The GPU benchmarks, in one run (<= 10 minutes on one CUDA GPU: each step has its own time limit):
+#   1. kernels: Triton `candidates` / `masked_logprob` GB/s against the card's device-to-device copy,
+#      bf16 and fp32, V=157184, and their correctness against the torch references (OK / MISMATCH);
+#   2. LLaDA-8B at its real shapes (the published config.json under tests/models/data/hub/, random
+#      bf16 weights): dllm_edit's native class with the dual cache against Fast-dLLM's
+#      generate_with_dual_cache rule, tokens/s at equal tokens, and whether tokens and forwards agree;
+#   3. LLaDA2.0-mini at its real shapes: the S and Q presets through the block-causal prefix cache;
+#   4. decoding on a ~125M-parameter block-causal Llama, bf16, batch 8: S vs Q, cache on vs off,
+#      torch.compile off vs on.
+# Not in it yet: a StaticCache + torch.compile decoding path (no adapter builds a StaticCache; the
+# native classes' forwards take one, tests/models/test_caches.py).
 # Usage: benchmarks/gpu.sh [OUT_DIR]   (default: $OUT, else ./gpu-results). Results: OUT_DIR/*.md,
 # the device in OUT_DIR/device.txt, each step's log next to its table; exit status 1 if a step fails.
 set -euo pipefail
@@ -31,10 +34,13 @@ step() {  # step NAME TIMEOUT_S COMMAND...: run, tee the table to NAME.md, keep 
     fi
 }
 
-step kernels 180 "$python" benchmarks/kernel_speed.py --gpu-only
-step decode 270 "$python" benchmarks/decode_speed.py --device-grid --device cuda --dtype bfloat16 \
-    --hidden 768 --layers 8 --vocab 32000 --batch 8 --prompt-len 256 --new-tokens 256 --repeats 3
-step native 240 "$python" benchmarks/native_models.py --memory --decode --device cuda
+step kernels 110 "$python" benchmarks/kernel_speed.py --gpu-only
+step llada_dual_cache 200 "$python" benchmarks/real_shapes.py --only llada --device cuda --dtype bfloat16 \
+    --prompt 128 --gen 256 --block 32 --repeats 2
+step llada2_modes 170 "$python" benchmarks/real_shapes.py --only llada2 --device cuda --dtype bfloat16 \
+    --prompt 128 --gen 128 --block 32 --batch 4 --repeats 2
+step decode 100 "$python" benchmarks/decode_speed.py --device-grid --device cuda --dtype bfloat16 \
+    --hidden 768 --layers 8 --vocab 32000 --batch 8 --prompt-len 256 --new-tokens 256 --repeats 1
 grep -h "MISMATCH" "$out/kernels.md" && status=1 || true
 echo "done: $out (status $status)"
 exit "$status"

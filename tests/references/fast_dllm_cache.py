@@ -104,11 +104,11 @@ def _call(model, x: torch.Tensor, start: int, keys: int, cache: TupleCache) -> t
     """Logits of the canvas slice `x` (slots from `start`) under full attention over `keys` keys."""
     queries = x.shape[1]
     if getattr(model.config, "_attn_implementation", "eager") == "eager":
-        mask = torch.zeros(1, 1, queries, keys, dtype=model.dtype)  # additive: attend to everything
+        mask = torch.zeros(1, 1, queries, keys, dtype=model.dtype, device=x.device)  # additive: attend to all
     else:
-        mask = torch.ones(1, 1, queries, keys, dtype=torch.bool)
+        mask = torch.ones(1, 1, queries, keys, dtype=torch.bool, device=x.device)
     name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-    positions = torch.arange(start, start + queries)[None]  # [1, Q]
+    positions = torch.arange(start, start + queries, device=x.device)[None]  # [1, Q]
     return model(
         input_ids=x, attention_mask=mask, position_ids=positions, use_cache=True, **{name: cache}
     ).logits
@@ -116,7 +116,7 @@ def _call(model, x: torch.Tensor, start: int, keys: int, cache: TupleCache) -> t
 
 def _decode(model, prompt, *, mask_id, gen_length, block_length, steps, threshold, dual):
     prompt_length = prompt.shape[1]
-    x = torch.full((1, prompt_length + gen_length), mask_id, dtype=torch.long)
+    x = torch.full((1, prompt_length + gen_length), mask_id, dtype=torch.long, device=prompt.device)
     x[:, :prompt_length] = prompt
     length = x.shape[1]
     assert gen_length % block_length == 0
