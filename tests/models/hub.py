@@ -150,13 +150,32 @@ def tiny_sizes(config: dict[str, Any], *, keep_counts: bool = False) -> dict[str
     return sizes if keep_counts else {**sizes, **counts}
 
 
-def native_config(config: dict[str, Any], **overrides: Any) -> Any:
-    """The native config class of `config`'s family, built from the published fields and `overrides`."""
+#: The mask id of a family whose config.json carries none and whose tokenizer files were not found:
+#: LLaDA2.x's `<|mask|>`, the default `mask_id` of its published `generate()` (modeling_llada2_moe.py).
+FAMILY_MASK = {"llada2_moe": 156895}
+
+
+def mask_token_id(checkpoint: str) -> int:
+    """The mask id the files give: the config's `mask_token_id`, else the published tokenizer's mask
+    token, else the family's documented id (`FAMILY_MASK`)."""
+    config = published(checkpoint)
+    if config.get("mask_token_id") is not None:
+        return int(config["mask_token_id"])
+    if (HUB / checkpoint / "tokenizer_config.json").is_file():
+        token = published(checkpoint, "tokenizer_config.json").get("mask_token")
+        token = token["content"] if isinstance(token, dict) else token
+        if token in added_tokens(checkpoint):
+            return added_tokens(checkpoint)[token]
+    return FAMILY_MASK[family(config)]
+
+
+def native_config(config: dict[str, Any], *, dtype: str = "float32", **overrides: Any) -> Any:
+    """The native config class of `config`'s family, built from the published fields and `overrides`
+    (the weights in `dtype`, whichever of `torch_dtype` / `dtype` the file names it by)."""
     config_class = dllm_edit.models.NATIVE_FAMILIES[family(config)][0]
-    fields = {
-        k: v for k, v in {**config, **overrides}.items() if k not in ("_name_or_path", "transformers_version")
-    }
-    return config_class.from_dict(fields)
+    dropped = ("_name_or_path", "transformers_version", "torch_dtype", "dtype")
+    fields = {k: v for k, v in {**config, **overrides}.items() if k not in dropped}
+    return config_class.from_dict({**fields, "torch_dtype": dtype})
 
 
 def seeded(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
