@@ -159,9 +159,8 @@ def generate(
     block_start = adapter_obj.resolve_block_start(config.block_start)
     strategies = config.build_strategies(block_start)
     use_cache = adapter_obj.default_use_cache if config.use_cache is None else bool(config.use_cache)
-    plan = check_run(
-        model, adapter_obj, strategies, use_cache, config.compile
-    )  # refusals: before any forward
+    # refusals: before any forward
+    plan = check_run(model, adapter_obj, strategies, use_cache, config.compile)
     check_infill(input_ids, attention_mask, special.mask, config.max_new_tokens, adapter_obj, use_cache)
     layout, canvas = build_canvas(
         input_ids,

@@ -118,6 +118,33 @@ class CanvasLayout:
         return self.row_end_block > block
 
 
+def _row_offsets(
+    lengths: torch.Tensor, ends: torch.Tensor, bl: int, block_start: str
+) -> tuple[int, torch.Tensor, torch.Tensor]:
+    """Where each row sits on the canvas under `block_start`.
+
+    Args:
+        lengths: LongTensor `[B]`, the prompt lengths `P`.
+        ends: LongTensor `[B]`, `P + G`.
+        bl: the block length.
+        block_start: `"absolute"` or `"prompt_end"`.
+
+    Returns:
+        `(first_block, offsets [B], own_length [B])`: the block holding the prompts' ends, each row's
+        first slot on the canvas, and the length of its own canvas.
+    """
+    if block_start == "absolute":
+        first_blocks = lengths // bl  # [B] block holding each row's prompt tail
+        first_block = int(first_blocks.max())
+        offsets = (first_block - first_blocks) * bl  # [B]
+        own_length = (ends + bl - 1) // bl * bl  # [B] P + G rounded up to whole blocks
+    else:
+        first_block = (int(lengths.max()) + bl - 1) // bl  # every prompt ends at this block boundary
+        offsets = first_block * bl - lengths  # [B]
+        own_length = ends  # [B] exactly P + G
+    return first_block, offsets, own_length
+
+
 def build_canvas(
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
@@ -167,15 +194,7 @@ def build_canvas(
     bl = block_length
     lengths = attention_mask.sum(-1).to(torch.long)  # [B]
     ends = lengths + max_new_tokens  # [B] per-row P + G
-    if block_start == "absolute":
-        first_blocks = lengths // bl  # [B] block holding each row's prompt tail
-        first_block = int(first_blocks.max())
-        offsets = (first_block - first_blocks) * bl  # [B]
-        own_length = (ends + bl - 1) // bl * bl  # [B] P + G rounded up to whole blocks
-    else:
-        first_block = (int(lengths.max()) + bl - 1) // bl  # every prompt ends at this block boundary
-        offsets = first_block * bl - lengths  # [B]
-        own_length = ends  # [B] exactly P + G
+    first_block, offsets, own_length = _row_offsets(lengths, ends, bl, block_start)
     row_end = offsets + own_length  # [B]
     row_end_block = (row_end + bl - 1) // bl  # [B]
     num_blocks = int(row_end_block.max())

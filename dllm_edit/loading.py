@@ -54,7 +54,7 @@ def load(
         ('LlamaForCausalLM', False)
     """
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     from dllm_edit.cli.checks import check_dtype
     from dllm_edit.data.builtin import init_model, is_builtin
@@ -74,17 +74,7 @@ def load(
     model_type = _model_type(config_dict)
     model_class = native_model_class(model_type) if native else None
     if not native and native_model_class(model_type) is not None:
-        if not trust_remote_code:
-            raise ValueError(
-                f"native=False runs {name_or_path!r}'s own modelling code instead of dllm_edit's native "
-                f"class for {model_type!r}: pass trust_remote_code=True as well (CLI: --remote-code) if "
-                "you trust the source."
-            )
-        if "AutoConfig" not in (config_dict.get("auto_map") or {}):
-            raise ValueError(
-                f"native=False: {name_or_path!r} ships no code of its own (its config.json has no "
-                "auto_map): load it with native=True, dllm_edit's class for its family."
-            )
+        _check_remote_request(name_or_path, config_dict, model_type, trust_remote_code)
     kwargs: dict[str, Any] = {"revision": revision, "attn_implementation": attn_implementation or "sdpa"}
     if dtype is not None:
         kwargs["dtype"] = getattr(torch, dtype)
@@ -96,29 +86,65 @@ def load(
         if attn_implementation is None:  # remote code may not declare SDPA (LLaDA's does not)
             del kwargs["attn_implementation"]
     elif model_class is None:
-        try:
-            config = AutoConfig.from_pretrained(
-                name_or_path, trust_remote_code=trust_remote_code, revision=revision
-            )
-        except ValueError as err:
-            if "trust_remote_code" in str(err):
-                raise ValueError(
-                    f"{name_or_path!r} ships its own modelling code, and dllm_edit has no native class for "
-                    f"its model_type. It is only run with trust_remote_code=True (CLI: --trust-remote-code, "
-                    "a recipe: trust_remote_code: true); pass it if you trust the source."
-                ) from err
-            raise
-        except OSError as err:
-            raise ValueError(
-                f"Could not load a model config from {name_or_path!r} ({_first_line(err)}). Check the path "
-                "or Hub id; without network access only local folders work."
-            ) from err
-        architectures = getattr(config, "architectures", None) or []
-        auto = AutoModelForMaskedLM if any(a.endswith("ForMaskedLM") for a in architectures) else None
-        model_class = auto or AutoModelForCausalLM
+        model_class = _auto_model_class(name_or_path, trust_remote_code, revision)
         kwargs["trust_remote_code"] = trust_remote_code
+    model = _load_weights(model_class, name_or_path, kwargs)
+    tokenizer = _load_tokenizer(name_or_path, revision, trust_remote_code and not native, AutoTokenizer)
+    if device is not None:
+        torch.nn.Module.to(model, torch.device(device))  # in place (transformers retypes `.to`)
+    return model.eval(), tokenizer
+
+
+def _check_remote_request(
+    name_or_path: str, config_dict: dict[str, Any], model_type: str | None, trust_remote_code: bool
+) -> None:
+    """`native=False` on a family dllm_edit carries: refused unless remote code is trusted and the
+    checkpoint ships code of its own (an `auto_map` in its config.json)."""
+    if not trust_remote_code:
+        raise ValueError(
+            f"native=False runs {name_or_path!r}'s own modelling code instead of dllm_edit's native "
+            f"class for {model_type!r}: pass trust_remote_code=True as well (CLI: --remote-code) if "
+            "you trust the source."
+        )
+    if "AutoConfig" not in (config_dict.get("auto_map") or {}):
+        raise ValueError(
+            f"native=False: {name_or_path!r} ships no code of its own (its config.json has no "
+            "auto_map): load it with native=True, dllm_edit's class for its family."
+        )
+
+
+def _auto_model_class(name_or_path: str, trust_remote_code: bool, revision: str | None) -> Any:
+    """The transformers Auto class of a family dllm_edit has no native class for: a masked LM's
+    (`ForMaskedLM` architectures) gets its masked-LM head, every other one the causal-LM class."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
+
     try:
-        model = model_class.from_pretrained(name_or_path, **kwargs)
+        config = AutoConfig.from_pretrained(
+            name_or_path, trust_remote_code=trust_remote_code, revision=revision
+        )
+    except ValueError as err:
+        if "trust_remote_code" in str(err):
+            raise ValueError(
+                f"{name_or_path!r} ships its own modelling code, and dllm_edit has no native class for "
+                f"its model_type. It is only run with trust_remote_code=True (CLI: --trust-remote-code, "
+                "a recipe: trust_remote_code: true); pass it if you trust the source."
+            ) from err
+        raise
+    except OSError as err:
+        raise ValueError(
+            f"Could not load a model config from {name_or_path!r} ({_first_line(err)}). Check the path "
+            "or Hub id; without network access only local folders work."
+        ) from err
+    architectures = getattr(config, "architectures", None) or []
+    auto = AutoModelForMaskedLM if any(a.endswith("ForMaskedLM") for a in architectures) else None
+    return auto or AutoModelForCausalLM
+
+
+def _load_weights(model_class: Any, name_or_path: str, kwargs: dict[str, Any]) -> Any:
+    """`model_class.from_pretrained`: a config field the native class refuses raises as it is, any other
+    failure (a corrupt or partial weights file) as a `ValueError` saying so."""
+    try:
+        return model_class.from_pretrained(name_or_path, **kwargs)
     except ValueError as err:
         if "does not implement" in str(err) or "is not implemented by" in str(
             err
@@ -127,10 +153,6 @@ def load(
         raise _weights_error(name_or_path, err) from err
     except Exception as err:  # a corrupt or partial weights file raises whatever its reader raises
         raise _weights_error(name_or_path, err) from err
-    tokenizer = _load_tokenizer(name_or_path, revision, trust_remote_code and not native, AutoTokenizer)
-    if device is not None:
-        torch.nn.Module.to(model, torch.device(device))  # in place (transformers retypes `.to`)
-    return model.eval(), tokenizer
 
 
 def _remote_classes(name_or_path: str, auto_map: dict[str, str], revision: str | None) -> tuple[Any, Any]:

@@ -73,6 +73,7 @@ MODULES = [
     "dllm_edit.trainers.ebpo_loss",
     "dllm_edit.trainers.rewards",
     "dllm_edit.trainers.distributed",
+    "dllm_edit.trainers.token_ids",
     pytest.param("dllm_edit.trainers.example_noise", marks=needs_trl),
     pytest.param("dllm_edit.trainers.ebpo_config", marks=needs_trl),
     pytest.param("dllm_edit.trainers.ebpo_trainer", marks=needs_trl),

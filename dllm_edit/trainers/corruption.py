@@ -198,6 +198,58 @@ def corrupt_response(
         >>> c.noisy.tolist()  # the prompt is kept, every response token masked
         [[5, 6, 0, 0, 0, 0]]
     """
+    _check_arguments(
+        input_ids,
+        response_mask,
+        mask_rate,
+        edit_rate,
+        editing_stream_rate,
+        in_context_rate,
+        shift_rate,
+        semi_ar_rate,
+        semi_ar_block_length,
+    )
+    excluded, allowed = _allowed_tokens(mask_token_id, vocab_size, never_sample)
+    device = input_ids.device
+    shape = (input_ids.shape[0], input_ids.shape[1])
+    response = response_mask.to(device=device, dtype=torch.bool)  # [B, T]
+    noise_device = generator.device if generator is not None else torch.device("cpu")
+
+    t = sample_rates(shape, *mask_rate, block_length, generator)  # [B, T]
+    masked = response & (torch.rand(shape, generator=generator, device=noise_device) < t).to(device)
+    e = sample_rates(shape, *edit_rate, block_length, generator)  # [B, T]
+    draw_edit = torch.rand(shape, generator=generator, device=noise_device) < e  # [B, T]
+    pick = torch.randint(0, allowed.numel(), shape, generator=generator, device=noise_device)  # [B, T]
+    random_tokens = allowed.to(noise_device)[pick].to(device)  # [B, T]
+    if editing_stream_rate > 0:  # drawn last, so the other draws do not depend on it
+        u = sample_rates(shape, 0.0, 1.0, block_length, generator)  # [B, T], constant per row / block
+        masked = masked & ~(u < editing_stream_rate).to(device)
+    if in_context_rate > 0:  # drawn after everything else, so rate 0 reproduces the draws above exactly
+        random_tokens = _in_context(input_ids, response, excluded, random_tokens, in_context_rate, generator)
+    written = input_ids  # [B, T] the tokens before random replacements
+    if shift_rate > 0:  # drawn last of all, so rate 0 reproduces the draws above exactly
+        written = _shifted(input_ids, response, shift_rate, generator)
+    if semi_ar_rate > 0:  # drawn after the shift, so rate 0 reproduces the draws above exactly
+        masked, t = _semi_ar_layout(response, masked, t, semi_ar_rate, semi_ar_block_length or 1, generator)
+    random_sites = response & ~masked & draw_edit.to(device) & (random_tokens != input_ids)  # [B, T]
+    noisy = torch.where(random_sites, random_tokens, written)  # [B, T]
+    replaced = response & ~masked & (noisy != input_ids)  # [B, T] random replacements and shifted tokens
+    noisy = noisy.masked_fill(masked, mask_token_id)  # [B, T]
+    return Corruption(noisy=noisy, masked=masked, replaced=replaced, mask_rate=t.to(device))
+
+
+def _check_arguments(
+    input_ids: torch.Tensor,
+    response_mask: torch.Tensor,
+    mask_rate: tuple[float, float],
+    edit_rate: tuple[float, float],
+    editing_stream_rate: float,
+    in_context_rate: float,
+    shift_rate: float,
+    semi_ar_rate: float,
+    semi_ar_block_length: int | None,
+) -> None:
+    """The rates and shapes `corrupt_response` is given, checked (a ValueError naming the field)."""
     check_rate_range("mask_rate", *mask_rate)
     check_rate_range("edit_rate", *edit_rate)
     check_fraction(
@@ -222,6 +274,13 @@ def corrupt_response(
             f"`response_mask` must have the shape of `input_ids` {tuple(input_ids.shape)}, got "
             f"{tuple(response_mask.shape)}."
         )
+
+
+def _allowed_tokens(
+    mask_token_id: int, vocab_size: int, never_sample: Sequence[int]
+) -> tuple[set[int], torch.Tensor]:
+    """`(excluded ids, allowed ids [A])`: the ids random replacements never use (the mask token and
+    `never_sample`) and the vocabulary ids left to draw them from (a ValueError when none is left)."""
     excluded = {int(mask_token_id), *(int(i) for i in never_sample)}
     keep = torch.ones(vocab_size, dtype=torch.bool)  # [V]
     keep[[i for i in excluded if 0 <= i < vocab_size]] = False
@@ -231,41 +290,61 @@ def corrupt_response(
             f"No token is left to draw random replacements from: vocab_size={vocab_size} and "
             f"{len(excluded)} excluded ids. Pass a smaller `never_sample`."
         )
+    return excluded, allowed
+
+
+def _in_context(
+    input_ids: torch.Tensor,
+    response: torch.Tensor,
+    excluded: set[int],
+    random_tokens: torch.Tensor,
+    in_context_rate: float,
+    generator: torch.Generator | None,
+) -> torch.Tensor:
+    """`random_tokens` `[B, T]` with a fraction `in_context_rate` of them replaced by the token of a
+    random ordinary (not `excluded`) response position of the same example."""
     device = input_ids.device
     shape = (input_ids.shape[0], input_ids.shape[1])
-    response = response_mask.to(device=device, dtype=torch.bool)  # [B, T]
     noise_device = generator.device if generator is not None else torch.device("cpu")
+    from_context = torch.rand(shape, generator=generator, device=noise_device) < in_context_rate  # [B, T]
+    which = torch.rand(shape, generator=generator, device=noise_device).to(device)  # [B, T]
+    ordinary = response & ~torch.isin(input_ids, torch.tensor(sorted(excluded), device=device))  # [B, T]
+    context_tokens = _tokens_of_random_response_positions(input_ids, ordinary, which)  # [B, T]
+    from_context = from_context.to(device) & ordinary.any(dim=1, keepdim=True)  # [B, T]
+    random_tokens = torch.where(from_context, context_tokens, random_tokens)  # [B, T]
+    return random_tokens
 
-    t = sample_rates(shape, *mask_rate, block_length, generator)  # [B, T]
-    masked = response & (torch.rand(shape, generator=generator, device=noise_device) < t).to(device)
-    e = sample_rates(shape, *edit_rate, block_length, generator)  # [B, T]
-    draw_edit = torch.rand(shape, generator=generator, device=noise_device) < e  # [B, T]
-    pick = torch.randint(0, allowed.numel(), shape, generator=generator, device=noise_device)  # [B, T]
-    random_tokens = allowed.to(noise_device)[pick].to(device)  # [B, T]
-    if editing_stream_rate > 0:  # drawn last, so the other draws do not depend on it
-        u = sample_rates(shape, 0.0, 1.0, block_length, generator)  # [B, T], constant per row / block
-        masked = masked & ~(u < editing_stream_rate).to(device)
-    if in_context_rate > 0:  # drawn after everything else, so rate 0 reproduces the draws above exactly
-        from_context = torch.rand(shape, generator=generator, device=noise_device) < in_context_rate  # [B, T]
-        which = torch.rand(shape, generator=generator, device=noise_device).to(device)  # [B, T]
-        ordinary = response & ~torch.isin(input_ids, torch.tensor(sorted(excluded), device=device))  # [B, T]
-        context_tokens = _tokens_of_random_response_positions(input_ids, ordinary, which)  # [B, T]
-        from_context = from_context.to(device) & ordinary.any(dim=1, keepdim=True)  # [B, T]
-        random_tokens = torch.where(from_context, context_tokens, random_tokens)  # [B, T]
-    written = input_ids  # [B, T] the tokens before random replacements
-    if shift_rate > 0:  # drawn last of all, so rate 0 reproduces the draws above exactly
-        u = torch.rand((shape[0], 4), generator=generator, device=noise_device).to(device)  # [B, 4]
-        written = _shift_one_span(input_ids, response, u[:, 0] < shift_rate, u[:, 1], u[:, 2], u[:, 3] < 0.5)
-    if semi_ar_rate > 0:  # drawn after the shift, so rate 0 reproduces the draws above exactly
-        u = torch.rand((shape[0], 2), generator=generator, device=noise_device).to(device)  # [B, 2]
-        past, future = _semi_ar_blocks(response, u[:, 0] < semi_ar_rate, u[:, 1], semi_ar_block_length or 1)
-        masked = (masked & ~past) | future  # [B, T]
-        t = t.masked_fill(future.to(t.device), 1.0)  # [B, T]
-    random_sites = response & ~masked & draw_edit.to(device) & (random_tokens != input_ids)  # [B, T]
-    noisy = torch.where(random_sites, random_tokens, written)  # [B, T]
-    replaced = response & ~masked & (noisy != input_ids)  # [B, T] random replacements and shifted tokens
-    noisy = noisy.masked_fill(masked, mask_token_id)  # [B, T]
-    return Corruption(noisy=noisy, masked=masked, replaced=replaced, mask_rate=t.to(device))
+
+def _shifted(
+    input_ids: torch.Tensor, response: torch.Tensor, shift_rate: float, generator: torch.Generator | None
+) -> torch.Tensor:
+    """`input_ids` `[B, T]` with one shifted response span (an insertion or a deletion) in a fraction
+    `shift_rate` of the rows (`_shift_one_span`)."""
+    device = input_ids.device
+    shape = (input_ids.shape[0], input_ids.shape[1])
+    noise_device = generator.device if generator is not None else torch.device("cpu")
+    u = torch.rand((shape[0], 4), generator=generator, device=noise_device).to(device)  # [B, 4]
+    return _shift_one_span(input_ids, response, u[:, 0] < shift_rate, u[:, 1], u[:, 2], u[:, 3] < 0.5)
+
+
+def _semi_ar_layout(
+    response: torch.Tensor,
+    masked: torch.Tensor,
+    t: torch.Tensor,
+    semi_ar_rate: float,
+    semi_ar_block_length: int,
+    generator: torch.Generator | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(masked, t)` `[B, T]` with a fraction `semi_ar_rate` of the rows laid out as semi-autoregressive
+    decoding sees them: finished blocks before a drawn current block, fully masked blocks after it."""
+    device = response.device
+    shape = (response.shape[0], response.shape[1])
+    noise_device = generator.device if generator is not None else torch.device("cpu")
+    u = torch.rand((shape[0], 2), generator=generator, device=noise_device).to(device)  # [B, 2]
+    past, future = _semi_ar_blocks(response, u[:, 0] < semi_ar_rate, u[:, 1], semi_ar_block_length)
+    masked = (masked & ~past) | future  # [B, T]
+    t = t.masked_fill(future.to(t.device), 1.0)  # [B, T]
+    return masked, t
 
 
 def _semi_ar_blocks(

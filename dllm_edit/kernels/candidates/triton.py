@@ -252,6 +252,40 @@ def candidates_triton(
     return out.token, out.prob, out.current_prob
 
 
+def _new_outputs(
+    stats: frozenset[str], lead: torch.Size, vocab: int, device: torch.device
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The uninitialised float32 outputs the kernel writes: the token's probability `[...]` and
+    `{name: tensor}` for the statistics of `stats` (`kept_logits` `[..., V]`, the others `[...]`;
+    the caller adds `"kl"` once it has checked `prev`)."""
+
+    def new(with_vocab: bool = False) -> torch.Tensor:
+        shape = (*lead, vocab) if with_vocab else tuple(lead)
+        return torch.empty(shape, dtype=torch.float32, device=device)
+
+    prob = new()
+    out: dict[str, torch.Tensor] = {"current_prob": new()} if "current_prob" in stats else {}
+    if "top_prob" in stats:
+        out["top_prob"], out["second_prob"], out["logit_gap"] = new(), new(), new()
+    if "entropy" in stats:
+        out["entropy"] = new()
+    if "kl" in stats:
+        out["kept_logits"], out["kept_lse"] = new(with_vocab=True), new()
+    return prob, out
+
+
+def _suppress_tensor(suppress_ids: tuple[int, ...], vocab: int, device: torch.device) -> torch.Tensor:
+    """The suppressed ids, each in `[0, V)`, as an int64 tensor (`[0]` when there are none: the
+    kernel reads `NUM_SUP` of them); a ValueError for an id outside `[-V, V)`."""
+    for i in suppress_ids:
+        if not -vocab <= i < vocab:
+            raise ValueError(
+                f"candidates: suppress_ids must lie in [-V, V) = [{-vocab}, {vocab}), got {i}; "
+                "drop ids the vocabulary does not have"
+            )
+    return torch.tensor([i % vocab for i in suppress_ids] or [0], dtype=torch.int64, device=device)
+
+
 def candidate_stats_triton(
     logits: torch.Tensor,
     stats: frozenset[str] | set[str] = frozenset(),
@@ -292,38 +326,21 @@ def candidate_stats_triton(
     vocab = logits.shape[-1]
     device = logits.device
 
-    def new(with_vocab: bool = False) -> torch.Tensor:
-        shape = (*lead, vocab) if with_vocab else tuple(lead)
-        return torch.empty(shape, dtype=torch.float32, device=device)
-
     token = torch.empty(lead, dtype=torch.long, device=device)
-    prob = new()
+    prob, out = _new_outputs(stats, lead, vocab, device)
     has_cur = "current_prob" in stats
     second, keep = "top_prob" in stats, "kl" in stats
     kl = keep and prev is not None
-    out: dict[str, torch.Tensor] = {"current_prob": new()} if has_cur else {}
-    if second:
-        out["top_prob"], out["second_prob"], out["logit_gap"] = new(), new(), new()
-    if "entropy" in stats:
-        out["entropy"] = new()
-    if keep:
-        out["kept_logits"], out["kept_lse"] = new(with_vocab=True), new()
     if kl:
         assert prev is not None
         check_prev("candidate_stats", prev, logits)
-        out["kl"] = new()
+        out["kl"] = torch.empty_like(prob)
         prev_x = prev[0].to(device=device, dtype=torch.float32).contiguous()  # [..., V]
         prev_lse = prev[1].to(device=device, dtype=torch.float32).contiguous()  # [...]
     x, rows, inner, stride_outer, stride_inner = _rows(logits)
     if rows == 0:
         return CandidateStats(token=token, prob=prob, **out)
-    for i in suppress_ids:
-        if not -vocab <= i < vocab:
-            raise ValueError(
-                f"candidates: suppress_ids must lie in [-V, V) = [{-vocab}, {vocab}), got {i}; "
-                "drop ids the vocabulary does not have"
-            )
-    sup = torch.tensor([i % vocab for i in suppress_ids] or [0], dtype=torch.int64, device=device)
+    sup = _suppress_tensor(suppress_ids, vocab, device)
     sample = temperature > 0
     seed = _seed(generator, device) if sample else sup
     cur = (
