@@ -84,3 +84,23 @@ def test_rooms_with_one_job():
     assert "dllm_edit.strategy_factory" in config and "dllm_edit.modes" in config
     # the CLI's --mode llada and from_mode(model=...) take the one path
     assert "dllm_edit.modes.fit_mode_to_adapter" in _imports("dllm_edit.cli.decode")
+
+
+def test_rooms_stay_small():
+    """No module of dllm_edit/ over 500 lines and no function over 100 (the Triton kernels' jitted
+    bodies aside): a room that grows past them is split by job (CONTRIBUTING.md, the map)."""
+    import ast
+
+    big = []
+    for path in sorted((ROOT / "dllm_edit").rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        if len(text.splitlines()) > 500:
+            big.append(f"{path.relative_to(ROOT)}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            jitted = any("jit" in ast.unparse(d) for d in node.decorator_list)
+            length = node.end_lineno - node.lineno + 1
+            if length > 100 and not jitted:
+                big.append(f"{path.relative_to(ROOT)}::{node.name}: {length} lines")
+    assert not big, big
