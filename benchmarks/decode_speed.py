@@ -261,8 +261,9 @@ def moe_forward_cost(args: argparse.Namespace) -> None:
 
 
 def device_grid(args: argparse.Namespace) -> None:
-    """tokens/s of S vs Q, cache on vs off, compile off vs on, on `--device` in `--dtype` (a random
-    block-causal Llama; the GPU script runs it at ~100M parameters in bfloat16)."""
+    """tokens/s of S vs Q, cache on vs off vs transformers' `StaticCache` (`block_causal_static`),
+    compile off vs on, on `--device` in `--dtype` (a random block-causal Llama; the GPU script runs it
+    at ~100M parameters in bfloat16)."""
     device, dtype = torch.device(args.device), getattr(torch, args.dtype)
     model = build_model(args.vocab, args.hidden, args.layers, args.seed).to(device=device, dtype=dtype)
     params = sum(p.numel() for p in model.parameters())
@@ -281,10 +282,12 @@ def device_grid(args: argparse.Namespace) -> None:
     print("|---|---|---|---:|---:|---:|---|")
     for mode in args.modes:
         base = None
-        settings = [(True, False), (False, False)]
+        # (cache, use_cache, compile, adapter): the preallocated cache, none, and transformers' StaticCache
+        settings = [("on", True, False, "block_causal"), ("off", False, False, "block_causal")]
+        settings.append(("static", True, False, "block_causal_static"))
         if device.type != "cpu" or args.compile:  # compiling takes minutes on a CPU: --compile to include it
-            settings.append((True, True))
-        for use_cache, compile_ in settings:
+            settings += [("on", True, True, "block_causal"), ("static", True, True, "block_causal_static")]
+        for cache_label, use_cache, compile_, adapter in settings:
             cfg = dllm_edit.EditGenerationConfig.from_mode(
                 mode,
                 max_new_tokens=args.new_tokens,
@@ -296,8 +299,8 @@ def device_grid(args: argparse.Namespace) -> None:
                 compile=compile_,
             )
 
-            def run(cfg=cfg):
-                out = dllm_edit.generate(model, prompts, generation_config=cfg)
+            def run(cfg=cfg, adapter=adapter):
+                out = dllm_edit.generate(model, prompts, generation_config=cfg, adapter=adapter)
                 sync()
                 return out
 
@@ -305,7 +308,7 @@ def device_grid(args: argparse.Namespace) -> None:
             t, out = timed(run, args.repeats)
             base = out.sequences if base is None else base
             print(
-                f"| {mode} | {'on' if use_cache else 'off'} | {'on' if compile_ else 'off'} | {t:.2f} "
+                f"| {mode} | {cache_label} | {'on' if compile_ else 'off'} | {t:.2f} "
                 f"| {int(out.num_forwards.max())} | {args.batch * args.new_tokens / t:.0f} "
                 f"| {torch.equal(out.sequences, base)} |",
                 flush=True,

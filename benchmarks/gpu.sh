@@ -6,10 +6,8 @@
 #      bf16 weights): dllm_edit's native class with the dual cache against Fast-dLLM's
 #      generate_with_dual_cache rule, tokens/s at equal tokens, and whether tokens and forwards agree;
 #   3. LLaDA2.0-mini at its real shapes: the S and Q presets through the block-causal prefix cache;
-#   4. decoding on a ~125M-parameter block-causal Llama, bf16, batch 8: S vs Q, cache on vs off,
-#      torch.compile off vs on.
-# Not in it yet: a StaticCache + torch.compile decoding path (no adapter builds a StaticCache; the
-# native classes' forwards take one, tests/models/test_caches.py).
+#   4. decoding on a ~125M-parameter block-causal Llama, bf16, batch 8: S vs Q, the preallocated
+#      cache vs none vs transformers' StaticCache (adapter block_causal_static), torch.compile off vs on.
 # Usage: benchmarks/gpu.sh [OUT_DIR]   (default: $OUT, else ./gpu-results). Results: OUT_DIR/*.md,
 # the device in OUT_DIR/device.txt, each step's log next to its table; exit status 1 if a step fails.
 set -euo pipefail

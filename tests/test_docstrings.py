@@ -27,6 +27,7 @@ MODULES = [
     "dllm_edit.cli.checks",
     "dllm_edit.cli.parsing",
     "dllm_edit.adapters.block_causal",
+    "dllm_edit.adapters.block_causal_static",
     "dllm_edit.adapters.bidirectional",
     "dllm_edit.adapters",
     "dllm_edit.adapters.shifted",

@@ -41,6 +41,7 @@ from .base import ForwardSession, ModelAdapter
 from .bidirectional import ApproxCacheBidirectionalAdapter, BidirectionalAdapter
 from .block_causal import BlockCausalAdapter
 from .block_causal_shifted import BlockCausalShiftedAdapter
+from .block_causal_static import StaticCacheBlockCausalAdapter
 from .dual_cache import DualCacheBidirectionalAdapter
 from .masked_lm import MaskedLMAdapter
 from .shifted import ShiftedLogitsAdapter
@@ -50,6 +51,7 @@ ENTRY_POINT_GROUP = "dllm_edit.adapters"
 _ADAPTERS: dict[str, type[ModelAdapter]] = {
     BlockCausalAdapter.name: BlockCausalAdapter,
     BlockCausalShiftedAdapter.name: BlockCausalShiftedAdapter,
+    StaticCacheBlockCausalAdapter.name: StaticCacheBlockCausalAdapter,
     BidirectionalAdapter.name: BidirectionalAdapter,
     ApproxCacheBidirectionalAdapter.name: ApproxCacheBidirectionalAdapter,
     DualCacheBidirectionalAdapter.name: DualCacheBidirectionalAdapter,
@@ -258,6 +260,7 @@ __all__ = [
     "MaskedLMAdapter",
     "ModelAdapter",
     "ShiftedLogitsAdapter",
+    "StaticCacheBlockCausalAdapter",
     "available_adapters",
     "detect_adapter",
     "get_adapter_class",
