@@ -12,7 +12,8 @@ weights change the tokens, not the cost of a forward at a fixed number of forwar
   `--block`; tokens/s at equal tokens (no EOS stop: both write all `--gen`), and whether the tokens
   and forwards agree.
 - **LLaDA2.0-mini, S and Q**: the block-causal adapter with its exact prefix cache, the Speedy and
-  Quality presets, batch `--batch`.
+  Quality presets, batch `--batch`; then S through transformers' `StaticCache`
+  (`adapter="block_causal_static"`, the same tokens) with `torch.compile` off and on.
 
 Each line: median (min-max) of `--repeats` decodes after one warm-up.
 
@@ -161,17 +162,28 @@ def llada2_modes(args: argparse.Namespace, dtype: torch.dtype) -> None:
     prompt = torch.randint(0, min(vocab - 2, 100000), (args.batch, args.prompt), device=args.device)
     params = sum(p.numel() for p in model.parameters()) / 1e9
     print(f"### LLaDA2.0-mini ({source}, {params:.2f} B parameters), block-causal, {dtype}, {args.device}")
-    print(f"| preset | s per decode (batch {args.batch}) | tokens/s | forwards per row |")
-    print("|---|---:|---:|---:|")
-    for mode in ("speedy", "quality"):
+    print(f"| preset | cache | compile | s per decode (batch {args.batch}) | tokens/s | forwards per row |")
+    print("|---|---|---|---:|---:|---:|")
+    rows = [("speedy", "block_causal", False), ("quality", "block_causal", False)]
+    if not args.no_static:  # after S and Q, so a time limit cut keeps those rows
+        rows += [("speedy", "block_causal_static", False), ("speedy", "block_causal_static", True)]
+    cache_name = {"block_causal": "prefix cache", "block_causal_static": "StaticCache"}
+    for mode, adapter, compile in rows:
         config = dllm_edit.EditGenerationConfig.from_mode(
-            mode, max_new_tokens=args.gen, block_length=args.block, mask_token_id=mask, eos_early_stop=False
-        )
+            mode, max_new_tokens=args.gen, block_length=args.block, mask_token_id=mask, eos_early_stop=False,
+            compile=compile,
+        )  # fmt: skip
         times, out = timed(
-            lambda c=config: dllm_edit.generate(model, prompt, generation_config=c), args.repeats, args.device
-        )
+            lambda c=config, a=adapter: dllm_edit.generate(model, prompt, generation_config=c, adapter=a),
+            args.repeats,
+            args.device,
+        )  # the warm-up decode also compiles
         tokens, forwards = args.batch * args.gen, float(out.num_forwards.float().mean())
-        print(f"| {mode} | {_fmt(times)} | {tokens / statistics.median(times):.1f} | {forwards:.0f} |")
+        print(
+            f"| {mode} | {cache_name[adapter]} | {'on' if compile else 'off'} | {_fmt(times)} | "
+            f"{tokens / statistics.median(times):.1f} | {forwards:.0f} |",
+            flush=True,
+        )
     print(flush=True)
 
 
@@ -185,6 +197,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--only", choices=["llada", "llada2"], default=None)
+    parser.add_argument(
+        "--no-static", action="store_true", help="LLaDA2: skip the StaticCache rows (compile off and on)"
+    )
     parser.add_argument("--smoke", action="store_true", help="tiny sizes (a CPU check of the code path)")
     args = parser.parse_args(argv)
     if args.device.startswith("cuda") and not torch.cuda.is_available():

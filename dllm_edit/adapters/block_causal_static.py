@@ -4,6 +4,7 @@ the whole canvas, written at `cache_position`, so every forward of a block has t
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch
@@ -24,8 +25,9 @@ class StaticCacheBlockCausalAdapter(BlockCausalAdapter):
     every step, and slots past it are masked. Rows that finish keep their place in the buffer (a
     `StaticCache` has a fixed batch), so their forwards still run; their outputs are dropped.
     Multi-block editing (a review copy of finished blocks would overwrite their cached keys) is
-    refused. The model's forward must read a `StaticCache` as transformers' decoders do (Llama, Qwen3,
-    ...); dllm_edit's native classes are refused by name (they size the mask from the cache's length).
+    refused. The model's forward must write its keys through `Cache.update` at `cache_position` and
+    take a 4-D mask over the whole buffer, as transformers' decoders (Llama, Qwen3, ...) and
+    dllm_edit's native classes (LLaDA2.x, LLaDA, LLaDA-MoE) do.
 
     Examples:
         >>> from dllm_edit.adapters import get_adapter_class
@@ -40,17 +42,20 @@ class StaticCacheBlockCausalAdapter(BlockCausalAdapter):
     def open(
         self, model: Any, layout: CanvasLayout, use_cache: bool, compile: bool = False
     ) -> _BlockCausalSession:
-        if type(model).__module__.startswith("dllm_edit.models"):
-            raise ValueError(
-                f"adapter='block_causal_static' runs transformers' own decoders (Llama, Qwen3, ...), whose "
-                f"forward reads a StaticCache as it is; dllm_edit's native {type(model).__name__} sizes its "
-                "mask from the cache's length and cannot take it yet. Use adapter='block_causal' (its "
-                "preallocated cache, the same tokens)."
-            )
         if not use_cache:  # nothing static to keep: the plain block-causal session
             return super().open(model, layout, use_cache, compile)
         call = torch.compile(model, dynamic=False) if compile else model
         return _StaticSession(model, layout, call)
+
+
+def _full_attention(config: Any) -> Any:
+    """The config the cache is sized from: a window that is switched off (`use_sliding_window=False`,
+    LLaDA2.x's and Qwen2's published configs, which still carry `sliding_window: 4096`) must not give
+    transformers' sliding-window static layers, whose rolling writes cannot rewrite the active block."""
+    if getattr(config, "use_sliding_window", None) is False and getattr(config, "sliding_window", None):
+        config = copy.copy(config)  # shallow: only the window changes, on the copy
+        config.sliding_window = None
+    return config
 
 
 class _StaticSession(_BlockCausalSession):
@@ -59,10 +64,22 @@ class _StaticSession(_BlockCausalSession):
 
         super().__init__(model, layout, use_cache=False, call=call)
         config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-        self.cache = StaticCache(config=config, max_cache_len=layout.canvas_length)  # type: ignore[assignment]
+        self.cache = StaticCache(config=_full_attention(config), max_cache_len=layout.canvas_length)  # type: ignore[assignment]
         self.batch_rows = self.rows  # [B] the buffer's rows, fixed
         self.decoding = self.rows  # [R] the rows the loop asks for
+        self.cache_ready = False  # the buffers are allocated (after the first forward)
         self.written = 0  # canvas slots whose keys/values in the buffer are final (finished blocks)
+
+    def _forward(self, kwargs: dict[str, Any]) -> torch.Tensor:
+        """The first forward (the prompt and first block) runs eagerly: the cache's layers allocate
+        their buffers on their first write, which inside a compiled graph recompiles once per layer."""
+        if self.call is self.model or self.cache_ready:
+            return super()._forward(kwargs)
+        compiled, self.call = self.call, self.model
+        try:
+            return super()._forward(kwargs)
+        finally:
+            self.call, self.cache_ready = compiled, True
 
     def _write_from(self, start: int) -> None:
         """Make the next forward write its keys and values from slot `start`: transformers >= 5.2x's

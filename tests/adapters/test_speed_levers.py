@@ -51,10 +51,12 @@ def test_block_cache_is_what_the_block_causal_adapter_uses(llama_sdpa):
     assert isinstance(session.cache, BlockKVCache) and session.cache.capacity == layout.canvas_length
 
 
-def test_compile_equals_eager():
-    """`compile=True` decodes the tokens of eager mode. torch.compile takes minutes on this CPU for
-    the shared tiny models, so this runs the smallest model that exercises the cache: one layer,
-    hidden 16, two blocks of 4 (one shape per block phase)."""
+@pytest.mark.parametrize("adapter", ["block_causal", "block_causal_static"])
+def test_compile_equals_eager(adapter):
+    """`compile=True` decodes the tokens of eager mode, with the preallocated cache and with
+    transformers' StaticCache. torch.compile takes minutes on this CPU for the shared tiny models, so
+    this runs the smallest model that exercises the cache: one layer, hidden 16, two blocks of 4 (one
+    shape per block phase). A second decode of the same shapes compiles nothing new."""
     torch.manual_seed(0)
     model = LlamaForCausalLM(
         LlamaConfig(
@@ -76,10 +78,16 @@ def test_compile_equals_eager():
         eos_early_stop=False,
     )
     prompt = torch.tensor([[5, 6, 7, 8]])
-    eager = dllm_edit.generate(model, prompt, generation_config=cfg)
-    compiled = dllm_edit.generate(model, prompt, generation_config=cfg, compile=True)
+    eager = dllm_edit.generate(model, prompt, generation_config=cfg, adapter=adapter)
+    compiled = dllm_edit.generate(model, prompt, generation_config=cfg, adapter=adapter, compile=True)
     assert torch.equal(compiled.sequences, eager.sequences)
     assert torch.equal(compiled.num_forwards, eager.num_forwards)
+    from torch._dynamo.utils import counters
+
+    frames = sum(counters["frames"].values())
+    again = dllm_edit.generate(model, prompt, generation_config=cfg, adapter=adapter, compile=True)
+    assert torch.equal(again.sequences, eager.sequences)
+    assert sum(counters["frames"].values()) == frames, dict(counters["frames"])
 
 
 def test_compile_is_refused_where_the_adapter_cannot():

@@ -61,7 +61,7 @@ ADAPTERS = {
     "llada": ("bidirectional", "bidirectional_approx_cache", "bidirectional_dual_cache"),
     "lladamoe": ("bidirectional", "bidirectional_approx_cache", "bidirectional_dual_cache"),
     "Dream": ("shifted", "block_causal_shifted"),
-    "llada2_moe": ("block_causal",),
+    "llada2_moe": ("block_causal", "block_causal_static"),
 }
 BLOCK_START = {
     "llada": "prompt_end",
