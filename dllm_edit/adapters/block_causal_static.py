@@ -62,24 +62,20 @@ class _StaticSession(_BlockCausalSession):
     def __init__(self, model: Any, layout: CanvasLayout, call: Any) -> None:
         from transformers import StaticCache
 
-        super().__init__(model, layout, use_cache=False, call=call)
+        # the first forward (the prompt and first block) runs eagerly: the cache's layers allocate their
+        # buffers on their first write, which inside a compiled graph recompiles once per layer
+        super().__init__(model, layout, use_cache=False, call=model)
+        self.later_call = call  # the model, or its compiled forward, from the second forward on
         config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
         self.cache = StaticCache(config=_full_attention(config), max_cache_len=layout.canvas_length)  # type: ignore[assignment]
         self.batch_rows = self.rows  # [B] the buffer's rows, fixed
         self.decoding = self.rows  # [R] the rows the loop asks for
-        self.cache_ready = False  # the buffers are allocated (after the first forward)
         self.written = 0  # canvas slots whose keys/values in the buffer are final (finished blocks)
 
     def _forward(self, kwargs: dict[str, Any]) -> torch.Tensor:
-        """The first forward (the prompt and first block) runs eagerly: the cache's layers allocate
-        their buffers on their first write, which inside a compiled graph recompiles once per layer."""
-        if self.call is self.model or self.cache_ready:
-            return super()._forward(kwargs)
-        compiled, self.call = self.call, self.model
-        try:
-            return super()._forward(kwargs)
-        finally:
-            self.call, self.cache_ready = compiled, True
+        logits = super()._forward(kwargs)
+        self.call = self.later_call  # the buffers exist now
+        return logits
 
     def _write_from(self, start: int) -> None:
         """Make the next forward write its keys and values from slot `start`: transformers >= 5.2x's
