@@ -283,6 +283,64 @@ def test_reference_does_not_write_into_float32_logits():
     assert torch.equal(logits, before)
 
 
+def _bits(t):
+    return t.view(torch.int32) if t.dtype == torch.float32 else t
+
+
+@pytest.mark.parametrize(
+    "stats", [frozenset(), frozenset({"current_prob", "top_prob", "entropy"})], ids=["plain", "stats"]
+)
+def test_reading_the_logits_in_place_gives_the_working_copys_bits(stats):
+    from dllm_edit.kernels import candidate_stats_reference
+    from dllm_edit.kernels.candidates import reference
+
+    vocab = 200_000  # 10 rows a chunk: 25 rows run three chunks
+    logits = torch.randn(25, vocab, generator=torch.Generator().manual_seed(0)) * 5
+    logits[3, 17] = float("nan")  # a NaN row
+    logits[4] = -float("inf")  # an all -inf row
+    current = torch.randint(0, vocab, (25,), generator=torch.Generator().manual_seed(1))
+    before = logits.clone()
+    suppress = (vocab - 1, 5, vocab - 1)
+    assert reference._reads_in_place(logits, 0.0, None, None, suppress)
+    assert not reference._reads_in_place(logits.clone().requires_grad_(), 0.0, None, None, suppress)
+    in_place = candidate_stats_reference(logits, stats, current, suppress_ids=suppress)
+    assert torch.equal(_bits(logits), _bits(before))  # restored bit for bit
+    # logits that require grad cannot be written: they take the working copy
+    copied = candidate_stats_reference(logits.clone().requires_grad_(), stats, current, suppress_ids=suppress)
+    for field in ("token", "prob", "current_prob", "top_prob", "second_prob", "logit_gap", "entropy"):
+        a, b = getattr(in_place, field), getattr(copied, field)
+        assert (a is None and b is None) or torch.equal(_bits(a), _bits(b)), field
+
+
+def test_in_place_suppression_is_restored_when_the_call_raises(monkeypatch):
+    from dllm_edit.kernels.candidates import reference
+
+    logits = torch.randn(4, 64)
+    before = logits.clone()
+
+    def boom(x, out):
+        assert torch.isneginf(x[:, 7]).all()  # the suppressed column, written in place
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(reference, "first_argmax", boom)
+    with pytest.raises(RuntimeError, match="boom"):
+        candidates_reference(logits, suppress_ids=(7,))
+    assert torch.equal(_bits(logits), _bits(before))
+
+
+def test_logits_that_cannot_be_written_take_the_copy():
+    with torch.inference_mode():
+        inference = torch.randn(3, 10)
+    shared = torch.randn(1, 10).expand(3, 10)  # three rows, one memory
+    for logits in (inference, shared):
+        tok, prob = candidates_reference(logits, suppress_ids=(int(logits[0].argmax()),))
+        expected = torch.softmax(
+            logits.clone().index_fill(-1, tok.new_tensor([int(logits[0].argmax())]), -1e30), -1
+        )
+        assert torch.equal(tok, expected.argmax(-1))
+        torch.testing.assert_close(prob, expected.max(-1).values)
+
+
 def test_edit_candidates_reference_is_the_softmax():
     logits = torch.randn(4, 12)
     current = torch.tensor([0, 5, 11, 3])

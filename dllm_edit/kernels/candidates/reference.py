@@ -8,6 +8,12 @@ chunk is computed in two preallocated float32 buffers of about `_CHUNK_BYTES / 2
 working copy; the sampling noise, then the softmax), so the working set is the same in every call and every
 process.
 
+Greedy float32 logits without top-k / top-p, the decoding loop's usual call, need no working copy:
+the chunks read the caller's logits themselves, and the suppressed ids are set to -inf in them for
+the call and restored, bit for bit, before it returns (even when it raises). Logits that cannot be
+written safely (they require grad, are an inference tensor outside inference mode, or have rows that
+share memory) take the copy.
+
 The probability is computed as the references compute it, `softmax(x)[token]` (`exp(x_token -
 max) / sum(exp(x - max))`; the Triton kernel's online softmax gives the same expression), never as
 `exp(x_token - logsumexp(x))`: near 1 the latter is limited by the float32 spacing of the
@@ -25,6 +31,9 @@ Special values (the Triton kernel in `triton.py` follows the same rules):
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 
 import torch
 
@@ -85,7 +94,7 @@ def filter_top_p(logits: torch.Tensor, top_p: float) -> torch.Tensor:
 
 def _candidates_chunk(
     logits: torch.Tensor,
-    work: torch.Tensor,
+    work: torch.Tensor | None,
     scratch: torch.Tensor,
     temperature: float,
     top_k: int | None,
@@ -100,16 +109,20 @@ def _candidates_chunk(
     """One chunk of rows, computed in the caller's buffers (`work`, `scratch`: `[n, V]` float32) and
     written to `out` = (token `[n]`, prob `[n]`, current_prob `[n]` or None). Nothing of size `[n, V]`
     is allocated unless top-k / top-p filtering is on, or `extra` asks for the entropy or the KL (one
-    `[n, V]` temporary per chunk).
+    `[n, V]` temporary per chunk). `work` None: `logits` are float32 with `suppress_ids` already at
+    -inf (`_suppressed_in_place`), greedy and unfiltered, and are read as they are.
 
     `extra` holds the chunk's slices of the optional outputs of `candidate_stats_reference`
     (`top_prob`, `second_prob`, `logit_gap`, `entropy`, `kl`: `[n]`; `kept_logits`: `[n, V]`,
     `kept_lse`: `[n]`); `prev` the previous step's kept `(logits [n, V], lse [n])` that `kl` compares
     against."""
     token_out, prob_out, current_out = out
-    x = work.copy_(logits)  # [n, V] float32 working copy; the caller's logits are never written
-    if suppress_ids:
-        x.index_fill_(-1, torch.tensor(suppress_ids, device=x.device), -float("inf"))
+    if work is None:  # greedy float32 logits, already suppressed by `_suppressed_in_place`: read them
+        x = logits  # [n, V]
+    else:
+        x = work.copy_(logits)  # [n, V] float32 working copy; the caller's logits are not written
+        if suppress_ids:
+            x.index_fill_(-1, torch.tensor(suppress_ids, device=x.device), -float("inf"))
     if temperature > 0:
         x.div_(temperature)
     if top_k is not None:
@@ -182,6 +195,42 @@ def _extra_stats(
         extra["kept_lse"].copy_(lse)
 
 
+def _reads_in_place(
+    flat: torch.Tensor,
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    suppress_ids: tuple[int, ...],
+) -> bool:
+    """Whether the chunks may read `flat` `[N, V]` itself: greedy, unfiltered float32 logits whose
+    suppressed ids (if any) can be set to -inf for the call and restored (no grad, writable, rows
+    that do not share memory)."""
+    if flat.dtype != torch.float32 or temperature > 0 or top_k is not None or top_p is not None:
+        return False
+    if not suppress_ids:
+        return True  # nothing is written: read-only
+    if flat.requires_grad or (flat.is_inference() and not torch.is_inference_mode_enabled()):
+        return False
+    rows, vocab = flat.shape
+    return flat.stride(-1) == 1 and (rows <= 1 or flat.stride(0) >= vocab)
+
+
+@contextmanager
+def _suppressed_in_place(flat: torch.Tensor, suppress_ids: tuple[int, ...]) -> Iterator[torch.Tensor]:
+    """`flat` `[N, V]` with the columns `suppress_ids` at -inf inside the block, restored bit for bit
+    on the way out (an exception included)."""
+    if not suppress_ids:
+        yield flat
+        return
+    ids = torch.tensor(suppress_ids, device=flat.device)  # [K]
+    saved = flat.index_select(-1, ids)  # [N, K] the columns as they were
+    flat.index_fill_(-1, ids, -float("inf"))
+    try:
+        yield flat
+    finally:
+        flat.index_copy_(-1, ids, saved)
+
+
 def _candidates_rows(
     logits: torch.Tensor,
     temperature: float,
@@ -195,7 +244,8 @@ def _candidates_rows(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Rows in chunks, all through two preallocated float32 buffers of about `_CHUNK_BYTES / 2` each
     (the working copy; the noise, then the softmax), so the memory a call adds is the same every call
-    and every process, whatever the allocator does with freed blocks.
+    and every process, whatever the allocator does with freed blocks. Greedy, unfiltered float32
+    logits skip the working copy (`_reads_in_place`): one buffer, the softmax's.
 
     `extra_out`: flat `[N]` (and `[N, V]` for `kept_logits`) outputs of the optional statistics,
     filled chunk by chunk; `prev`: flat `([N, V], [N])` kept logits and lse of the previous step."""
@@ -206,28 +256,36 @@ def _candidates_rows(
     device = logits.device
     flat_current = None if current is None else current.reshape(-1)  # [N]
     rows = max(1, min(n, _CHUNK_BYTES // (2 * 4 * vocab)))  # two [rows, V] float32 buffers
-    work = torch.empty(rows, vocab, dtype=torch.float32, device=device)  # [rows, V] reused by every chunk
-    scratch = torch.empty_like(work)  # [rows, V] the sampling noise, then the chunk's softmax
+    in_place = _reads_in_place(flat, temperature, top_k, top_p, suppress_ids)
+    scratch = torch.empty(rows, vocab, dtype=torch.float32, device=device)  # [rows, V] noise, then softmax
+    work = (
+        None if in_place else torch.empty_like(scratch)
+    )  # [rows, V] the working copy, reused by every chunk
     token = torch.empty(n, dtype=torch.long, device=device)  # [N]
     prob = torch.empty(n, dtype=torch.float32, device=device)  # [N]
     current_prob = None if current is None else torch.empty_like(prob)  # [N]
-    for start in range(0, n, rows):
-        stop = min(start + rows, n)
-        m = stop - start
-        _candidates_chunk(
-            flat[start:stop],
-            work[:m],
-            scratch[:m],
-            temperature,
-            top_k,
-            top_p,
-            generator,
-            suppress_ids,
-            (token[start:stop], prob[start:stop], None if current_prob is None else current_prob[start:stop]),
-            None if flat_current is None else flat_current[start:stop],
-            None if not extra_out else {key: value[start:stop] for key, value in extra_out.items()},
-            None if prev is None else (prev[0][start:stop], prev[1][start:stop]),
-        )
+    with _suppressed_in_place(flat, suppress_ids) if in_place else nullcontext(flat) as source:  # [N, V]
+        for start in range(0, n, rows):
+            stop = min(start + rows, n)
+            m = stop - start
+            _candidates_chunk(
+                source[start:stop],
+                None if work is None else work[:m],
+                scratch[:m],
+                temperature,
+                top_k,
+                top_p,
+                generator,
+                suppress_ids,
+                (
+                    token[start:stop],
+                    prob[start:stop],
+                    None if current_prob is None else current_prob[start:stop],
+                ),
+                None if flat_current is None else flat_current[start:stop],
+                None if not extra_out else {key: value[start:stop] for key, value in extra_out.items()},
+                None if prev is None else (prev[0][start:stop], prev[1][start:stop]),
+            )
     return (
         token.reshape(lead),
         prob.reshape(lead),
