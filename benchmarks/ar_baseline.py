@@ -93,6 +93,11 @@ def load_config(argv: list[str]) -> tuple[argparse.Namespace, dict, Any]:
             fields[name] = yaml.safe_load(value)
     if not TRANSFORMERS_HAS_NEW_NAMES and "activation_checkpointing" in fields:  # TRL's own SFTConfig on 4.x
         fields["gradient_checkpointing"] = fields.pop("activation_checkpointing")
+    elif TRANSFORMERS_HAS_NEW_NAMES:
+        # TRL gives the old name a default (True), which transformers >= 5.25 warns on: give the new
+        # name TRL's default instead, as `EditSFTConfig` does (checkpointing_names)
+        fields.setdefault("activation_checkpointing", True)
+        fields["gradient_checkpointing"] = None
     config = SFTConfig(output_dir=args.output_dir, completion_only_loss=True, **fields)
     # checked here, before any loading: `true` must find a checkpoint, a path must be a folder
     config.resume_from_checkpoint = resolve_resume(config.resume_from_checkpoint, args.output_dir)

@@ -127,12 +127,23 @@ class Proposer:
 
         Returns:
             `CandidateStats` with `[B, S]` fields (the statistics not asked for are None).
+
+        The logits are the loop's own, from a forward under `torch.no_grad()`, so they are lent to
+        the kernel (`in_place`, see `_lend`): greedy float32 logits need no working copy.
         """
         logits, options = self._prepare(logits, canvas, span)  # [B, S, V]
         if self.stats:
-            return candidate_stats(logits, self.stats, canvas[:, span], prev, **options)  # [B, S] fields
-        tokens, probs = candidates(logits, **options)  # [B, S], [B, S]
+            return candidate_stats(
+                logits, self.stats, canvas[:, span], prev, **options, in_place=self._lend()
+            )  # [B, S] fields
+        tokens, probs = candidates(logits, **options, in_place=self._lend())  # [B, S], [B, S]
         return CandidateStats(token=tokens, prob=probs)
+
+    @staticmethod
+    def _lend() -> bool:
+        """Whether the span's logits may be lent to the kernel: only with grad off (`generate` runs
+        under `torch.no_grad()`), where no autograd graph can have saved them."""
+        return not torch.is_grad_enabled()
 
     def keep(
         self, logits: torch.Tensor, canvas: torch.Tensor, span: slice
@@ -147,7 +158,7 @@ class Proposer:
             if self._scratch is None or self._scratch.device != logits.device:
                 self._scratch = torch.Generator(device=logits.device)
             options["generator"] = self._scratch
-        out = candidate_stats(logits, {"kl"}, None, None, **options)
+        out = candidate_stats(logits, {"kl"}, None, None, **options, in_place=self._lend())
         assert out.kept_logits is not None and out.kept_lse is not None  # "kl" keeps them
         return out.kept_logits, out.kept_lse
 

@@ -83,3 +83,29 @@ def test_native_models_and_cached_decoding_warn_nothing(family):
             assert model.is_activation_checkpointing
         model(ids).logits.sum().backward()
     assert not deprecations(record)
+
+
+@pytest.mark.parametrize("given", [[], ["--activation_checkpointing", "false"]])
+def test_the_ar_baseline_s_trl_config_warns_nothing(given, tmp_path):
+    """`benchmarks/ar_baseline.py` builds TRL's own `SFTConfig` (whose old-name default, True, warns
+    on 5.25): it gives the new name instead, and the value still reaches both names."""
+    import json
+    import runpy
+    from pathlib import Path
+
+    import yaml
+
+    script = runpy.run_path(str(Path(__file__).parents[1] / "benchmarks" / "ar_baseline.py"))
+    data = tmp_path / "train.jsonl"
+    data.write_text(json.dumps({"prompt": "a", "completion": " b"}))
+    recipe = tmp_path / "ar.yaml"
+    recipe.write_text(yaml.safe_dump({"model_name_or_path": "unused", "dataset_name": str(data)}))
+    argv = ["--config", str(recipe), "--output_dir", str(tmp_path / "out"), "--use_cpu", "true", *given]
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        _, _, config = script["load_config"](argv)
+    assert not deprecations(record)
+    expected = not given  # TRL's default (on) unless the flag turned it off
+    assert config.gradient_checkpointing is expected  # the name TRL's config has on 4.x too
+    if TRANSFORMERS_HAS_NEW_NAMES:
+        assert config.activation_checkpointing is expected

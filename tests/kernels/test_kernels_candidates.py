@@ -301,12 +301,12 @@ def test_reading_the_logits_in_place_gives_the_working_copys_bits(stats):
     current = torch.randint(0, vocab, (25,), generator=torch.Generator().manual_seed(1))
     before = logits.clone()
     suppress = (vocab - 1, 5, vocab - 1)
-    assert reference._reads_in_place(logits, 0.0, None, None, suppress)
-    assert not reference._reads_in_place(logits.clone().requires_grad_(), 0.0, None, None, suppress)
-    in_place = candidate_stats_reference(logits, stats, current, suppress_ids=suppress)
+    assert reference._reads_in_place(logits, 0.0, None, None, suppress, True)
+    assert not reference._reads_in_place(logits, 0.0, None, None, suppress, False)  # not lent
+    assert not reference._reads_in_place(logits.clone().requires_grad_(), 0.0, None, None, suppress, True)
+    in_place = candidate_stats_reference(logits, stats, current, suppress_ids=suppress, in_place=True)
     assert torch.equal(_bits(logits), _bits(before))  # restored bit for bit
-    # logits that require grad cannot be written: they take the working copy
-    copied = candidate_stats_reference(logits.clone().requires_grad_(), stats, current, suppress_ids=suppress)
+    copied = candidate_stats_reference(logits, stats, current, suppress_ids=suppress)  # the working copy
     for field in ("token", "prob", "current_prob", "top_prob", "second_prob", "logit_gap", "entropy"):
         a, b = getattr(in_place, field), getattr(copied, field)
         assert (a is None and b is None) or torch.equal(_bits(a), _bits(b)), field
@@ -324,8 +324,38 @@ def test_in_place_suppression_is_restored_when_the_call_raises(monkeypatch):
 
     monkeypatch.setattr(reference, "first_argmax", boom)
     with pytest.raises(RuntimeError, match="boom"):
-        candidates_reference(logits, suppress_ids=(7,))
+        candidates_reference(logits, suppress_ids=(7,), in_place=True)
     assert torch.equal(_bits(logits), _bits(before))
+
+
+@pytest.mark.parametrize("op", ["candidates", "edit_candidates", "candidate_stats"])
+def test_logits_autograd_saved_are_never_written_unless_lent(op):
+    # a detached view of logits saved for backward (a trainer's greedy draft) shares their version
+    # counter: writing and restoring them would still break the backward, so the default copies
+    from dllm_edit import kernels
+
+    weight = torch.randn(5, 16, requires_grad=True)
+    logits = torch.randn(6, 5) @ weight  # [6, 16]
+    loss = torch.log_softmax(logits, -1)[:, 0].sum()  # saves its output for backward
+    version = logits._version
+    view = logits.detach()
+    if op == "candidates":
+        kernels.candidates(view, suppress_ids=(3,), backend="torch")
+    elif op == "edit_candidates":
+        kernels.edit_candidates(view, torch.zeros(6, dtype=torch.long), suppress_ids=(3,), backend="torch")
+    else:
+        kernels.candidate_stats(view, {"entropy"}, suppress_ids=(3,), backend="torch")
+    assert logits._version == version
+    loss.backward()  # raises if the saved tensor had been written
+    assert weight.grad is not None
+
+
+@pytest.mark.parametrize("value", ["yes", 1, torch.tensor(True)])
+def test_in_place_must_be_a_bool(value):
+    from dllm_edit import kernels
+
+    with pytest.raises(TypeError, match="in_place must be a bool"):
+        kernels.candidates(torch.randn(2, 8), in_place=value)
 
 
 def test_logits_that_cannot_be_written_take_the_copy():
@@ -333,7 +363,7 @@ def test_logits_that_cannot_be_written_take_the_copy():
         inference = torch.randn(3, 10)
     shared = torch.randn(1, 10).expand(3, 10)  # three rows, one memory
     for logits in (inference, shared):
-        tok, prob = candidates_reference(logits, suppress_ids=(int(logits[0].argmax()),))
+        tok, prob = candidates_reference(logits, suppress_ids=(int(logits[0].argmax()),), in_place=True)
         expected = torch.softmax(
             logits.clone().index_fill(-1, tok.new_tensor([int(logits[0].argmax())]), -1e30), -1
         )

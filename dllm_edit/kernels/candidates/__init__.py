@@ -19,6 +19,7 @@ from .._dispatch import Backend, use_triton
 from .reference import (
     candidate_stats_reference,
     candidates_reference,
+    check_in_place,
     edit_candidates_reference,
     filter_top_k,
     filter_top_p,
@@ -31,7 +32,10 @@ def _check(
     logits: torch.Tensor,
     temperature: float,
     current: torch.Tensor | None = None,
+    *,
+    in_place: bool = False,
 ) -> None:
+    check_in_place(in_place)
     if not isinstance(logits, torch.Tensor) or not logits.is_floating_point() or logits.dim() == 0:
         got = f"{logits.dtype} {tuple(logits.shape)}" if isinstance(logits, torch.Tensor) else type(logits)
         raise TypeError(
@@ -63,6 +67,7 @@ def candidates(
     suppress_ids: tuple[int, ...] = (),
     *,
     backend: Backend = "auto",
+    in_place: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Candidate token and its probability for every row of `logits` `[..., V]`.
 
@@ -81,6 +86,11 @@ def candidates(
         backend: `"auto"` (Triton on CUDA tensors when triton is installed, torch otherwise),
             `"triton"` (CUDA tensors, or CPU tensors under `TRITON_INTERPRET=1`) or `"torch"`.
             `DLLM_EDIT_DISABLE_TRITON=1` forces the torch path.
+        in_place: lend `logits` for the call, so the torch path reads greedy float32 logits without
+            a working copy (the suppressed ids set to -inf in them and restored bit for bit before
+            the call returns; the Triton kernel never writes them). Only for logits nothing else
+            reads meanwhile and autograd has not saved, such as those of your own forward under
+            `torch.no_grad()`; the default, False, never writes them.
 
     Returns:
         `(token, prob)`: LongTensor `[...]` and FloatTensor `[...]` (float32).
@@ -91,7 +101,7 @@ def candidates(
         >>> tok.tolist(), [round(v, 4) for v in p.tolist()]
         ([1, 0], [0.8808, 0.5])
     """
-    _check("candidates", logits, temperature)
+    _check("candidates", logits, temperature, in_place=in_place)
     if _fused("candidates", logits, top_k, top_p, backend):
         from .triton import candidates_triton
 
@@ -104,6 +114,7 @@ def candidates(
         top_p=top_p,
         generator=generator,
         suppress_ids=suppress_ids,
+        in_place=in_place,
     )
 
 
@@ -117,6 +128,7 @@ def edit_candidates(
     suppress_ids: tuple[int, ...] = (),
     *,
     backend: Backend = "auto",
+    in_place: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """`candidates` plus the probability of the token currently at each position, in one pass.
 
@@ -134,6 +146,7 @@ def edit_candidates(
         generator: as in `candidates`.
         suppress_ids: as in `candidates`.
         backend: as in `candidates`.
+        in_place: as in `candidates`.
 
     Returns:
         `(token, prob, current_prob)`: LongTensor `[...]` and two FloatTensors `[...]` (float32).
@@ -145,7 +158,7 @@ def edit_candidates(
         >>> tok.tolist(), round(p.item(), 4), round(cur.item(), 4)
         ([1], 0.6652, 0.09)
     """
-    _check("edit_candidates", logits, temperature, current)
+    _check("edit_candidates", logits, temperature, current, in_place=in_place)
     if _fused("edit_candidates", logits, top_k, top_p, backend):
         from .triton import candidates_triton
 
@@ -160,6 +173,7 @@ def edit_candidates(
         top_p=top_p,
         generator=generator,
         suppress_ids=suppress_ids,
+        in_place=in_place,
     )
 
 
@@ -175,6 +189,7 @@ def candidate_stats(
     suppress_ids: tuple[int, ...] = (),
     *,
     backend: Backend = "auto",
+    in_place: bool = False,
 ) -> CandidateStats:
     """`candidates` plus the statistics named in `stats`, from the same pass over the logits.
 
@@ -194,6 +209,7 @@ def candidate_stats(
         generator: as in `candidates`.
         suppress_ids: as in `candidates`.
         backend: as in `candidates`.
+        in_place: as in `candidates`.
 
     Returns:
         `CandidateStats` (fields not asked for are None).
@@ -205,7 +221,8 @@ def candidate_stats(
         (0.4205, 0.8324)
     """
     stats = resolve_stats("candidate_stats", stats)
-    _check("candidate_stats", logits, temperature, current if "current_prob" in stats else None)
+    current_read = current if "current_prob" in stats else None
+    _check("candidate_stats", logits, temperature, current_read, in_place=in_place)
     if _fused("candidate_stats", logits, top_k, top_p, backend):
         from .triton import candidate_stats_triton
 
@@ -220,6 +237,7 @@ def candidate_stats(
         top_p=top_p,
         generator=generator,
         suppress_ids=suppress_ids,
+        in_place=in_place,
     )
 
 

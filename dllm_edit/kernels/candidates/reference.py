@@ -9,10 +9,13 @@ working copy; the sampling noise, then the softmax), so the working set is the s
 process.
 
 Greedy float32 logits without top-k / top-p, the decoding loop's usual call, need no working copy:
-the chunks read the caller's logits themselves, and the suppressed ids are set to -inf in them for
-the call and restored, bit for bit, before it returns (even when it raises). Logits that cannot be
-written safely (they require grad, are an inference tensor outside inference mode, or have rows that
-share memory) take the copy.
+without suppressed ids the chunks read the caller's logits as they are; with them, and only when the
+caller says the logits are its own (`in_place=True`: the loop passes it for its forwards' logits),
+the suppressed ids are set to -inf in the caller's logits for the call and restored, bit for bit,
+before it returns (even when it raises). Writing bumps the tensor's version counter, so a tensor that
+autograd saved (a `detach()`ed view of one included, which nothing here can tell apart) must not be
+lent: the default copies. Logits that cannot be written safely even when lent (they require grad,
+are an inference tensor outside inference mode, or have rows that share memory) take the copy.
 
 The probability is computed as the references compute it, `softmax(x)[token]` (`exp(x_token -
 max) / sum(exp(x - max))`; the Triton kernel's online softmax gives the same expression), never as
@@ -201,15 +204,17 @@ def _reads_in_place(
     top_k: int | None,
     top_p: float | None,
     suppress_ids: tuple[int, ...],
+    in_place: bool,
 ) -> bool:
-    """Whether the chunks may read `flat` `[N, V]` itself: greedy, unfiltered float32 logits whose
-    suppressed ids (if any) can be set to -inf for the call and restored (no grad, writable, rows
-    that do not share memory)."""
+    """Whether the chunks may read `flat` `[N, V]` itself: greedy, unfiltered float32 logits, read
+    as they are without suppressed ids; with them, only logits the caller lends (`in_place`) whose
+    suppressed ids can be set to -inf for the call and restored (no grad, writable, rows that do not
+    share memory)."""
     if flat.dtype != torch.float32 or temperature > 0 or top_k is not None or top_p is not None:
         return False
     if not suppress_ids:
         return True  # nothing is written: read-only
-    if flat.requires_grad or (flat.is_inference() and not torch.is_inference_mode_enabled()):
+    if not in_place or flat.requires_grad or (flat.is_inference() and not torch.is_inference_mode_enabled()):
         return False
     rows, vocab = flat.shape
     return flat.stride(-1) == 1 and (rows <= 1 or flat.stride(0) >= vocab)
@@ -241,6 +246,7 @@ def _candidates_rows(
     current: torch.Tensor | None,
     extra_out: dict[str, torch.Tensor] | None = None,
     prev: tuple[torch.Tensor, torch.Tensor] | None = None,
+    in_place: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Rows in chunks, all through two preallocated float32 buffers of about `_CHUNK_BYTES / 2` each
     (the working copy; the noise, then the softmax), so the memory a call adds is the same every call
@@ -248,7 +254,9 @@ def _candidates_rows(
     logits skip the working copy (`_reads_in_place`): one buffer, the softmax's.
 
     `extra_out`: flat `[N]` (and `[N, V]` for `kept_logits`) outputs of the optional statistics,
-    filled chunk by chunk; `prev`: flat `([N, V], [N])` kept logits and lse of the previous step."""
+    filled chunk by chunk; `prev`: flat `([N, V], [N])` kept logits and lse of the previous step;
+    `in_place`: the caller lends `logits` (see the module docstring)."""
+    check_in_place(in_place)
     lead = logits.shape[:-1]
     vocab = logits.shape[-1]
     flat = logits.reshape(-1, vocab)  # [N, V]
@@ -256,15 +264,16 @@ def _candidates_rows(
     device = logits.device
     flat_current = None if current is None else current.reshape(-1)  # [N]
     rows = max(1, min(n, _CHUNK_BYTES // (2 * 4 * vocab)))  # two [rows, V] float32 buffers
-    in_place = _reads_in_place(flat, temperature, top_k, top_p, suppress_ids)
+    reads_in_place = _reads_in_place(flat, temperature, top_k, top_p, suppress_ids, in_place)
     scratch = torch.empty(rows, vocab, dtype=torch.float32, device=device)  # [rows, V] noise, then softmax
     work = (
-        None if in_place else torch.empty_like(scratch)
+        None if reads_in_place else torch.empty_like(scratch)
     )  # [rows, V] the working copy, reused by every chunk
     token = torch.empty(n, dtype=torch.long, device=device)  # [N]
     prob = torch.empty(n, dtype=torch.float32, device=device)  # [N]
     current_prob = None if current is None else torch.empty_like(prob)  # [N]
-    with _suppressed_in_place(flat, suppress_ids) if in_place else nullcontext(flat) as source:  # [N, V]
+    lent = _suppressed_in_place(flat, suppress_ids) if reads_in_place else nullcontext(flat)
+    with lent as source:  # [N, V]
         for start in range(0, n, rows):
             stop = min(start + rows, n)
             m = stop - start
@@ -300,6 +309,8 @@ def candidates_reference(
     top_p: float | None = None,
     generator: torch.Generator | None = None,
     suppress_ids: tuple[int, ...] = (),
+    *,
+    in_place: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Candidate token and its probability for every row.
 
@@ -310,6 +321,10 @@ def candidates_reference(
         top_p: nucleus filtering before the softmax (None: off).
         generator: torch.Generator for the sampling noise.
         suppress_ids: token ids never proposed (their logit set to -inf), e.g. the mask token.
+        in_place: lend `logits` for the call: greedy float32 logits then need no working copy,
+            the suppressed ids being set to -inf in them and restored bit for bit before the call
+            returns. Only for logits nothing else reads meanwhile and autograd has not saved (those
+            of a forward under `torch.no_grad()`); False (the default) never writes them.
 
     Returns:
         `(token, prob)`: LongTensor `[...]` and FloatTensor `[...]` (float32), `prob` being the
@@ -321,7 +336,9 @@ def candidates_reference(
         >>> tok.tolist(), round(p.item(), 4)
         ([1], 0.6652)
     """
-    token, prob, _ = _candidates_rows(logits, temperature, top_k, top_p, generator, suppress_ids, None)
+    token, prob, _ = _candidates_rows(
+        logits, temperature, top_k, top_p, generator, suppress_ids, None, in_place=in_place
+    )
     return token, prob
 
 
@@ -333,6 +350,8 @@ def edit_candidates_reference(
     top_p: float | None = None,
     generator: torch.Generator | None = None,
     suppress_ids: tuple[int, ...] = (),
+    *,
+    in_place: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """`candidates_reference` plus the probability of the token currently at each position.
 
@@ -348,6 +367,7 @@ def edit_candidates_reference(
         top_p: as in `candidates_reference`.
         generator: as in `candidates_reference`.
         suppress_ids: as in `candidates_reference`; a suppressed current token has probability 0.
+        in_place: as in `candidates_reference`.
 
     Returns:
         `(token, prob, current_prob)`: LongTensor `[...]` and two FloatTensors `[...]` (float32).
@@ -359,7 +379,7 @@ def edit_candidates_reference(
         ([1], 0.6652, 0.2447)
     """
     token, prob, current_prob = _candidates_rows(
-        logits, temperature, top_k, top_p, generator, suppress_ids, current
+        logits, temperature, top_k, top_p, generator, suppress_ids, current, in_place=in_place
     )
     assert current_prob is not None
     return token, prob, current_prob
@@ -375,6 +395,8 @@ def candidate_stats_reference(
     top_p: float | None = None,
     generator: torch.Generator | None = None,
     suppress_ids: tuple[int, ...] = (),
+    *,
+    in_place: bool = False,
 ) -> CandidateStats:
     """The candidates and the statistics named in `stats` (`STAT_NAMES`), in one chunked pass.
 
@@ -393,6 +415,7 @@ def candidate_stats_reference(
         top_p: as in `candidates_reference`.
         generator: as in `candidates_reference`.
         suppress_ids: as in `candidates_reference`.
+        in_place: as in `candidates_reference`.
 
     Returns:
         `CandidateStats`.
@@ -432,6 +455,7 @@ def candidate_stats_reference(
         current.long() if "current_prob" in stats and current is not None else None,
         extra,
         flat_prev,
+        in_place=in_place,
     )
     shaped = {
         key: value.reshape(*lead, vocab) if key == "kept_logits" else value.reshape(lead)
@@ -440,6 +464,15 @@ def candidate_stats_reference(
     if "kl" in stats and prev is None:
         shaped["kl"] = torch.full(lead, float("inf"), dtype=torch.float32, device=device)
     return CandidateStats(token=token, prob=prob, current_prob=current_prob, **shaped)
+
+
+def check_in_place(in_place: object) -> None:
+    """`in_place` must be a bool (a truthy string or tensor would lend logits by accident)."""
+    if not isinstance(in_place, bool):
+        raise TypeError(
+            f"in_place must be a bool, got {type(in_place).__name__} {in_place!r}; pass True only for "
+            "logits the call may write and restore (those of your own no-grad forward), else False"
+        )
 
 
 def check_prev(op: str, prev: tuple[torch.Tensor, torch.Tensor], logits: torch.Tensor) -> None:
