@@ -93,9 +93,10 @@ def load_config(argv: list[str]) -> tuple[argparse.Namespace, dict, Any]:
             fields[name] = yaml.safe_load(value)
     if not TRANSFORMERS_HAS_NEW_NAMES and "activation_checkpointing" in fields:  # TRL's own SFTConfig on 4.x
         fields["gradient_checkpointing"] = fields.pop("activation_checkpointing")
-    elif TRANSFORMERS_HAS_NEW_NAMES:
+    elif TRANSFORMERS_HAS_NEW_NAMES and "gradient_checkpointing" not in fields:
         # TRL gives the old name a default (True), which transformers >= 5.25 warns on: give the new
-        # name TRL's default instead, as `EditSFTConfig` does (checkpointing_names)
+        # name TRL's default instead, as `EditSFTConfig` does (checkpointing_names); an old name the
+        # caller passed is kept, with transformers' own warning
         fields.setdefault("activation_checkpointing", True)
         fields["gradient_checkpointing"] = None
     config = SFTConfig(output_dir=args.output_dir, completion_only_loss=True, **fields)
