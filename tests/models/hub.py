@@ -10,8 +10,9 @@ and path of each, or saying it was not found. From them the tests build:
   expert widths; layer and expert counts too, or kept, for the hub-layout folder), every other field
   as published, the vocabulary included, so the published special ids are real ids of the model;
 - a small tokenizer: the published `tokenizer_config.json` and `special_tokens_map.json` with a small
-  byte-level BPE vocabulary that holds every published added token at its published id (the real
-  vocabulary files are megabytes; Dream's are public, its `vocab.json` / `merges.txt` layout is kept).
+  byte-level BPE vocabulary that holds every special token whose id the files give at that id
+  (`token_ids`; the real vocabulary files are megabytes; Dream's are public, its `vocab.json` /
+  `merges.txt` layout is kept; LLaDA2.x's `tokenizer.json` was not found).
 """
 
 from __future__ import annotations
@@ -162,8 +163,7 @@ def mask_token_id(checkpoint: str) -> int:
     if config.get("mask_token_id") is not None:
         return int(config["mask_token_id"])
     if (HUB / checkpoint / "tokenizer_config.json").is_file():
-        token = published(checkpoint, "tokenizer_config.json").get("mask_token")
-        token = token["content"] if isinstance(token, dict) else token
+        token = token_content(published(checkpoint, "tokenizer_config.json").get("mask_token"))
         if token in added_tokens(checkpoint):
             return added_tokens(checkpoint)[token]
     return FAMILY_MASK[family(config)]
@@ -196,10 +196,41 @@ def added_tokens(checkpoint: str) -> dict[str, int]:
     return {entry["content"]: int(i) for i, entry in config.get("added_tokens_decoder", {}).items()}
 
 
+def token_content(token: Any) -> str | None:
+    """The text of a tokenizer config's special token (a string, or an `AddedToken` dict), or None."""
+    return token["content"] if isinstance(token, dict) else token
+
+
+def token_ids(checkpoint: str) -> dict[str, int]:
+    """content -> id of the special tokens whose ids the published files give.
+
+    The tokenizer config's `added_tokens_decoder` where it has one (Dream). LLaDA2.x's tokenizer config
+    names its tokens only (the ids are in its `tokenizer.json`, not found), so there: its `pad_token`
+    (also its `eos_token`) at the config's `pad_token_id`, which the published generation config of
+    LLaDA2.0-mini-preview gives as its `eos_token_id` too, and its `mask_token` at the family's
+    documented id (`FAMILY_MASK`). Tokens it names with no id anywhere (`bos_token`, `cls_token`,
+    `gmask_token`) are left out: no id is invented for them.
+    """
+    added = added_tokens(checkpoint)
+    if added:
+        return added
+    tokenizer = published(checkpoint, "tokenizer_config.json")
+    config = published(checkpoint)
+    out: dict[str, int] = {}
+    pad = token_content(tokenizer.get("pad_token"))
+    if pad is not None and config.get("pad_token_id") is not None:
+        out[pad] = int(config["pad_token_id"])
+    mask = token_content(tokenizer.get("mask_token"))
+    if mask is not None and family(config) in FAMILY_MASK:
+        out[mask] = FAMILY_MASK[family(config)]
+    return out
+
+
 def write_small_tokenizer(checkpoint: str, folder: Path) -> None:
     """Into `folder`: the published tokenizer config and special tokens map, verbatim, and a small
-    byte-level BPE vocabulary holding every published added token at its published id (as
-    `vocab.json` + `merges.txt` for Dream's `DreamTokenizer`, as `tokenizer.json` otherwise)."""
+    byte-level BPE vocabulary holding every special token whose id the files give at that id
+    (`token_ids`; as `vocab.json` + `merges.txt` for Dream's `DreamTokenizer`, as `tokenizer.json`
+    otherwise)."""
     import shutil
 
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
@@ -211,7 +242,7 @@ def write_small_tokenizer(checkpoint: str, folder: Path) -> None:
     merges = [("h", "i"), ("Ġ", "w"), ("o", "r")]
     for a, b in merges:
         vocab[a + b] = len(vocab)
-    specials = added_tokens(checkpoint)
+    specials = token_ids(checkpoint)
     vocab.update(specials)
     if published(checkpoint, "tokenizer_config.json").get("tokenizer_class") == "DreamTokenizer":
         (folder / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")

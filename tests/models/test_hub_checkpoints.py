@@ -25,9 +25,10 @@ from tests.models import hub
 
 CONFIGS = hub.with_file("config.json")
 INDEXED = [c for c in CONFIGS if c in hub.with_file("model.safetensors.index.json")]
-# the hub-layout and chat tests need the special tokens' ids in the files (`added_tokens_decoder`);
-# LLaDA2.x's tokenizer_config.json names its tokens only (their ids are in its tokenizer.json, not found)
-TOKENIZED = [c for c in hub.with_file("tokenizer_config.json") if hub.added_tokens(c)]
+# the hub-layout and chat tests need the special tokens' ids: Dream's `added_tokens_decoder`; LLaDA2.x's
+# tokenizer_config.json names its tokens only (their ids are in its tokenizer.json, not found), so its
+# pad / EOS id comes from config.json and its mask id from the family's published code (`hub.token_ids`)
+TOKENIZED = [c for c in hub.with_file("tokenizer_config.json") if hub.token_ids(c)]
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 BLOCK = 4
 
@@ -35,6 +36,7 @@ BLOCK = 4
 #: markers of the published templates (read off the files; the test checks the files still say so).
 CHAT_MARKERS = {
     "Dream": "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n",
+    "llada2_moe": "<role>HUMAN</role>hi<|role_end|><role>ASSISTANT</role>",
 }
 
 
@@ -223,10 +225,13 @@ def test_a_hub_layout_folder_loads_with_its_files(checkpoint, tmp_path):
     )
     # the mask and EOS ids and the block origin come from the files
     special = resolve_special_tokens(model, dllm_edit.EditGenerationConfig(), tokenizer)
-    added = hub.added_tokens(checkpoint)
-    mask_token = hub.published(checkpoint, "tokenizer_config.json").get("mask_token")
-    mask_token = mask_token["content"] if isinstance(mask_token, dict) else mask_token
-    assert special.mask == added[mask_token]
+    known = hub.token_ids(checkpoint)
+    tokenizer_config = hub.published(checkpoint, "tokenizer_config.json")
+    assert (
+        special.mask
+        == known[hub.token_content(tokenizer_config.get("mask_token"))]
+        == hub.mask_token_id(checkpoint)
+    )
     if published.get("mask_token_id") is not None:
         assert special.mask == published["mask_token_id"]
     generation = (
@@ -234,7 +239,10 @@ def test_a_hub_layout_folder_loads_with_its_files(checkpoint, tmp_path):
         if (folder / "generation_config.json").is_file()
         else {}
     )
+    # the generation config's EOS, else the config's, else the tokenizer's EOS token (LLaDA2.x)
     eos = generation.get("eos_token_id", published.get("eos_token_id"))
+    if eos is None:
+        eos = known[hub.token_content(tokenizer_config["eos_token"])]
     assert special.eos == tuple(eos if isinstance(eos, list) else [eos])
     adapter = dllm_edit.adapters.resolve_adapter(model, None)
     assert adapter.name == hub.ADAPTERS[fam][0]
