@@ -157,15 +157,17 @@ FAMILY_MASK = {"llada2_moe": 156895}
 
 
 def mask_token_id(checkpoint: str) -> int:
-    """The mask id the files give: the config's `mask_token_id`, else the published tokenizer's mask
-    token, else the family's documented id (`FAMILY_MASK`)."""
+    """The mask id the files give: the config's `mask_token_id`, else the id of the published
+    tokenizer's mask token (`token_ids`, the ids the small tokenizer holds too), else the family's
+    documented id (`FAMILY_MASK`)."""
     config = published(checkpoint)
     if config.get("mask_token_id") is not None:
         return int(config["mask_token_id"])
     if (HUB / checkpoint / "tokenizer_config.json").is_file():
         token = token_content(published(checkpoint, "tokenizer_config.json").get("mask_token"))
-        if token in added_tokens(checkpoint):
-            return added_tokens(checkpoint)[token]
+        known = token_ids(checkpoint)
+        if token in known:
+            return known[token]
     return FAMILY_MASK[family(config)]
 
 
