@@ -122,17 +122,26 @@ class LLaDA2MoeSparseMoeBlock(nn.Module):
             else None
         )
 
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        shape = hidden_states.shape  # [B, T, H]
-        flat = hidden_states.reshape(-1, shape[-1])  # [N, H]
-        experts, weights, _ = self.gate(flat)  # [N, K], [N, K]
+    @torch.compiler.disable
+    def _dispatch(self, flat: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
+        """Each token's K expert outputs `[N, K, H]`, for `flat` `[N, H]` and `experts` `[N, K]`.
+
+        Which experts run, and on how many tokens, depends on the routing, so `torch.compile` runs
+        this part eagerly: traced, its per-expert token counts (`tolist`) would guard each graph on
+        the counts of one batch and recompile at nearly every forward."""
         slot_expert = experts.reshape(-1)  # [N*K]
         order = slot_expert.argsort(stable=True)  # [N*K] slots grouped by expert
         counts = torch.bincount(slot_expert, minlength=len(self.experts)).tolist()  # tokens per expert
         chunks = flat[order // self.top_k].split(counts)  # per expert: [n_e, H]
         outputs = [expert(chunk) for expert, chunk, n in zip(self.experts, chunks, counts, strict=True) if n]
         by_expert = torch.cat(outputs) if outputs else flat[:0]  # [N*K, H] in `order`
-        by_slot = by_expert[order.argsort()].view(*experts.shape, flat.shape[-1])  # [N, K, H]
+        return by_expert[order.argsort()].view(*experts.shape, flat.shape[-1])  # [N, K, H]
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        shape = hidden_states.shape  # [B, T, H]
+        flat = hidden_states.reshape(-1, shape[-1])  # [N, H]
+        experts, weights, _ = self.gate(flat)  # [N, K], [N, K]
+        by_slot = self._dispatch(flat, experts)  # [N, K, H]
         routed = (by_slot.float() * weights[..., None]).sum(dim=1).to(flat.dtype)  # [N, H]
         if self.shared_experts is not None:
             routed = routed + self.shared_experts(flat)  # [N, H]

@@ -102,13 +102,23 @@ class LLaDAMoESparseMoeBlock(nn.Module):
         shape = hidden_states.shape  # [B, T, H]
         x = hidden_states.reshape(-1, shape[-1])  # [N, H]
         weights, experts = self.route(x)  # [N, k], [N, k]
+        return self._dispatch(x, weights, experts).reshape(shape)  # [B, T, H]
+
+    @torch.compiler.disable
+    def _dispatch(self, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
+        """The weighted sum of each token's experts `[N, H]`, for `x` `[N, H]`, `weights` and
+        `experts` `[N, k]`.
+
+        Which experts run, and on which tokens, depends on the routing, so `torch.compile` runs this
+        part eagerly: traced, its loop over the experts hit (`tolist`) would guard each graph on the
+        experts of one batch and recompile at nearly every forward."""
         out = torch.zeros_like(x)  # [N, H]
         hits = torch.nn.functional.one_hot(experts, self.num_experts).permute(2, 1, 0)  # [E, k, N]
         for expert in torch.nonzero(hits.sum(dim=(1, 2))).flatten().tolist():
             slot, token = torch.where(hits[expert])  # [n], [n]
             y = self.experts[expert](x[token]) * weights[token, slot, None]  # [n, H]
             out.index_add_(0, token, y.to(x.dtype))
-        return out.reshape(shape)  # [B, T, H]
+        return out  # [N, H]
 
 
 class LLaDAMoEAttention(nn.Module):
