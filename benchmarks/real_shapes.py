@@ -18,7 +18,7 @@ weights change the tokens, not the cost of a forward at a fixed number of forwar
 Each line: median (min-max) of `--repeats` decodes after one warm-up.
 
     python benchmarks/real_shapes.py --device cuda                       # on a GPU (bf16)
-    python benchmarks/real_shapes.py --device cpu --dtype float32 --smoke    # the same code, tiny shapes
+    python benchmarks/real_shapes.py --device cpu --dtype float32 --smoke    # tiny shapes and lengths
 """
 
 from __future__ import annotations
@@ -48,6 +48,9 @@ SMOKE = {  # tiny sizes for a CPU run of the same code
         "num_experts": 32, "num_experts_per_tok": 4,
     },
 }  # fmt: skip
+# (default, default with --smoke) of the lengths and counts: a smoke run checks the code path at the
+# real vocabularies in well under a minute
+DEFAULTS = {"prompt": (128, 16), "gen": (256, 32), "block": (32, 16), "batch": (4, 2), "repeats": (3, 1)}
 
 
 def published(folder: str) -> dict[str, Any] | None:
@@ -191,17 +194,19 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
-    parser.add_argument("--prompt", type=int, default=128)
-    parser.add_argument("--gen", type=int, default=256)
-    parser.add_argument("--block", type=int, default=32)
-    parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--repeats", type=int, default=3)
+    sizes = ("prompt", "gen", "block", "batch", "repeats")
+    for name in sizes:
+        full, smoke = DEFAULTS[name]
+        parser.add_argument(f"--{name}", type=int, default=None, help=f"{full} ({smoke} with --smoke)")
     parser.add_argument("--only", choices=["llada", "llada2"], default=None)
     parser.add_argument(
         "--no-static", action="store_true", help="LLaDA2: skip the StaticCache rows (compile off and on)"
     )
     parser.add_argument("--smoke", action="store_true", help="tiny sizes (a CPU check of the code path)")
     args = parser.parse_args(argv)
+    for name in sizes:
+        if getattr(args, name) is None:
+            setattr(args, name, DEFAULTS[name][1 if args.smoke else 0])
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit("--device cuda but CUDA is not available (use --device cpu --smoke for a check)")
     dtype = getattr(torch, args.dtype)
