@@ -4,7 +4,8 @@ with another routing recompiles nothing; the logits are those of the eager model
 
 Before `_dispatch` was excluded from tracing, dynamo guarded each graph on one batch's expert
 counts: LLaDA2.x's tiny model built 9 graphs at the second forward and 16 by the twelfth (then hit
-the recompile limit and ran eagerly), so a compiled decode was a recompiling one."""
+the recompile limit and ran eagerly), so a compiled decode was a recompiling one. Three of the four
+cases below failed on that code (LLaDA-MoE with `dynamic=True` happened not to recompile)."""
 
 from __future__ import annotations
 
@@ -26,8 +27,12 @@ def _llada_moe() -> tuple[torch.nn.Module, int]:
     return model, int(model.config.vocab_size) - 1
 
 
+# dynamic=False as block_causal_static compiles, dynamic=True as block_causal does
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
 @pytest.mark.parametrize("build", [_llada2, _llada_moe], ids=["llada2_moe", "llada_moe"])
-def test_compiled_moe_builds_its_graphs_once(build: Callable[[], tuple[torch.nn.Module, int]]) -> None:
+def test_compiled_moe_builds_its_graphs_once(
+    build: Callable[[], tuple[torch.nn.Module, int]], dynamic: bool
+) -> None:
     model, top = build()
     graphs: list[int] = []
 
@@ -36,7 +41,7 @@ def test_compiled_moe_builds_its_graphs_once(build: Callable[[], tuple[torch.nn.
         return gm.forward  # the traced aten ops, run as they are (no inductor: the same bits)
 
     torch._dynamo.reset()
-    compiled = torch.compile(model, dynamic=False, backend=counting_backend)
+    compiled = torch.compile(model, dynamic=dynamic, backend=counting_backend)
     generator = torch.Generator().manual_seed(0)
     batches = [torch.randint(2, top, (2, 8), generator=generator) for _ in range(8)]  # [B, T] each
     built_after: list[int] = []
