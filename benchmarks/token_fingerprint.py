@@ -8,7 +8,8 @@ the tokens, forwards and edits; then the rest). The cases: every
 registered unmasking rule alone and with T2T editing (S), the S / Q presets, multi-block editing and
 `eos_fill`, on every adapter each family takes (the shipped model on its detected adapter; LLaDA's
 native class with the approximate and dual caches; Dream's shifted adapters; a Llama as the
-block-causal model).
+block-causal model; LLaDA2.x's native MoE class block-causal, with the prefix cache and the
+StaticCache; LLaDA-MoE's native class with the bidirectional adapters).
 
     python benchmarks/token_fingerprint.py > runs/fingerprint-before.txt
     # ... change the code ...
@@ -43,7 +44,16 @@ def models() -> Iterator[tuple[str, Any, list[str], int]]:
     """(name, model, adapters, mask id) of each case model."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from dllm_edit.models import DreamConfig, DreamModel, LLaDAConfig, LLaDAModelLM
+    from dllm_edit.models import (
+        DreamConfig,
+        DreamModel,
+        LLaDA2MoeConfig,
+        LLaDA2MoeModelLM,
+        LLaDAConfig,
+        LLaDAModelLM,
+        LLaDAMoEConfig,
+        LLaDAMoEModelLM,
+    )
 
     shipped, _ = dllm_edit.load_default()
     detected = dllm_edit.detect_adapter(shipped)
@@ -69,6 +79,25 @@ def models() -> Iterator[tuple[str, Any, list[str], int]]:
         num_key_value_heads=4, eos_token_id=1, pad_token_id=0, bos_token_id=2,
     )  # fmt: skip
     yield "llama", _seeded(LlamaForCausalLM(llama), 3), ["block_causal"], vocab - 1
+    llada2 = LLaDA2MoeConfig(
+        vocab_size=vocab, hidden_size=32, intermediate_size=80, moe_intermediate_size=8, num_experts=32,
+        num_experts_per_tok=4, num_attention_heads=4, num_key_value_heads=1, head_dim=8, rotary_dim=4,
+        num_hidden_layers=3, first_k_dense_replace=1, num_shared_experts=1, max_position_embeddings=64,
+        pad_token_id=0, eos_token_id=1,
+    )  # fmt: skip
+    yield "llada2", _seeded(LLaDA2MoeModelLM(llada2), 4), ["block_causal", "block_causal_static"], vocab - 1
+    llada_moe = LLaDAMoEConfig(
+        vocab_size=vocab, hidden_size=32, dense_intermediate_size=64, expert_intermediate_size=16,
+        num_experts=16, num_experts_per_tok=2, num_attention_heads=4, num_key_value_heads=4,
+        num_hidden_layers=2, max_position_embeddings=64, pad_token_id=0, eos_token_id=1,
+        mask_token_id=vocab - 1,
+    )  # fmt: skip
+    yield (
+        "lladamoe",
+        _seeded(LLaDAMoEModelLM(llada_moe), 5),
+        ["bidirectional", "bidirectional_approx_cache", "bidirectional_dual_cache"],
+        vocab - 1,
+    )
 
 
 def settings(block_length: int) -> Iterator[tuple[str, dict[str, Any]]]:
